@@ -1,0 +1,32 @@
+//! Generates the gRPC code from `proto/` without a system `protoc`: `protox`
+//! parses the files in pure Rust, tonic/prost generate the types and stubs,
+//! pbjson generates the proto3 JSON mapping used by `-o json`.
+
+use std::{env, error::Error, fs, path::PathBuf};
+
+use prost::Message;
+
+const API: &str = "proto/sandbox_readiness/v1/readiness.proto";
+const CRI: &str = "proto/runtime/v1/api.proto";
+
+fn main() -> Result<(), Box<dyn Error>> {
+    println!("cargo:rerun-if-changed=proto");
+    let out = PathBuf::from(env::var("OUT_DIR")?);
+
+    // The API alone (with its imports) feeds server reflection, so grpcurl
+    // sees our service and not the CRI subset we only call.
+    let api = protox::compile([API], ["proto"])?;
+    let api_bytes = api.encode_to_vec();
+    fs::write(out.join("readiness_descriptor.bin"), &api_bytes)?;
+
+    let all = protox::compile([API, CRI], ["proto"])?;
+    tonic_prost_build::configure()
+        .compile_well_known_types(true)
+        .extern_path(".google.protobuf", "::pbjson_types")
+        .compile_fds(all)?;
+
+    pbjson_build::Builder::new()
+        .register_descriptors(&api_bytes)?
+        .build(&[".sandbox_readiness"])?;
+    Ok(())
+}

@@ -1,0 +1,17 @@
+//! sandbox-readiness: observe what a Talos worker really has in effect for
+//! user namespaces and gVisor, evaluate it against a desired state, and serve
+//! or print the result.
+//!
+//! Data flows one way: [`observe`] → [`report`] → [`evaluate`] → [`agent`]
+//! (serve) / [`output`] (print) / [`fleet`] (ask many agents).
+
+pub mod agent;
+pub mod evaluate;
+pub mod fleet;
+pub mod host;
+pub mod observe;
+pub mod output;
+pub mod proto;
+pub mod report;
+pub mod summary;
+pub mod tls;
