@@ -1,1 +1,666 @@
-//! TODO
+//! Evaluation, pure: (report, desired state) → verdict.
+//!
+//! Shared by `probe`, the `Check` RPC and `check`, so a node is judged the
+//! same way wherever the question is asked.
+
+use thiserror::Error;
+
+use crate::{
+    observe::sysctl::{self, MAX_VALUE_BYTES},
+    proto::v1::{
+        DesiredState, Finding, GvisorReadiness, Probe, ProbeOutcome, Report, SysctlExpectation,
+        SysctlState, Verdict,
+    },
+    report::{find_sysctl, outcome_word},
+};
+
+/// At most this many sysctl expectations in one desired state.
+pub const MAX_SYSCTLS: usize = 64;
+/// At most this many required runtime handlers.
+pub const MAX_HANDLERS: usize = 16;
+
+/// Why a desired state was refused.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum DesiredError {
+    #[error("too many sysctls: {0} (at most {MAX_SYSCTLS})")]
+    TooManySysctls(usize),
+    #[error("too many runtime handlers: {0} (at most {MAX_HANDLERS})")]
+    TooManyHandlers(usize),
+    #[error(transparent)]
+    Name(#[from] sysctl::NameError),
+    #[error("value for {0} is longer than {MAX_VALUE_BYTES} bytes")]
+    ValueTooLong(String),
+    #[error("{0:?} is not NAME=VALUE")]
+    NotAssignment(String),
+    #[error("runtime handler name {0:?} is invalid (lowercase letters, digits, '.', '_', '-', at most 63)")]
+    HandlerName(String),
+}
+
+/// Parses a `--sysctl NAME=VALUE` flag.
+pub fn parse_sysctl_flag(s: &str) -> Result<SysctlExpectation, DesiredError> {
+    let (name, value) = s
+        .split_once('=')
+        .ok_or_else(|| DesiredError::NotAssignment(s.chars().take(80).collect()))?;
+    let exp = SysctlExpectation {
+        name: name.trim().to_string(),
+        value: value.to_string(),
+    };
+    sysctl::validate_name(&exp.name)?;
+    if exp.value.len() > MAX_VALUE_BYTES {
+        return Err(DesiredError::ValueTooLong(exp.name));
+    }
+    Ok(exp)
+}
+
+/// Validates a desired state from a flag or a request before anything reads
+/// the host with it.
+pub fn validate(desired: &DesiredState) -> Result<(), DesiredError> {
+    if desired.sysctls.len() > MAX_SYSCTLS {
+        return Err(DesiredError::TooManySysctls(desired.sysctls.len()));
+    }
+    if desired.require_runtime_handlers.len() > MAX_HANDLERS {
+        return Err(DesiredError::TooManyHandlers(
+            desired.require_runtime_handlers.len(),
+        ));
+    }
+    for s in &desired.sysctls {
+        sysctl::validate_name(&s.name)?;
+        if s.value.len() > MAX_VALUE_BYTES {
+            return Err(DesiredError::ValueTooLong(s.name.clone()));
+        }
+    }
+    for h in &desired.require_runtime_handlers {
+        validate_handler_name(h)?;
+    }
+    Ok(())
+}
+
+/// Runtime handler names become RuntimeClass handlers (DNS labels).
+pub fn validate_handler_name(h: &str) -> Result<(), DesiredError> {
+    let ok = !h.is_empty()
+        && h.len() <= 63
+        && h.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(DesiredError::HandlerName(h.chars().take(80).collect()))
+    }
+}
+
+/// True when the desired state asks for nothing.
+pub fn is_empty(d: &DesiredState) -> bool {
+    d.sysctls.is_empty()
+        && !d.require_userns
+        && !d.require_idmap_mounts
+        && d.require_runtime_handlers.is_empty()
+        && !d.require_gvisor
+        && !d.require_sandbox_probe
+}
+
+/// Sysctl values compare equal when their whitespace-separated fields do
+/// (the kernel prints multi-value sysctls tab-separated; people type spaces).
+pub fn values_equal(expected: &str, actual: &str) -> bool {
+    expected.split_whitespace().eq(actual.split_whitespace())
+}
+
+/// The shim binary containerd resolves for a runtime type
+/// (`io.containerd.runsc.v1` → `containerd-shim-runsc-v1`).
+pub fn shim_binary(runtime_type: &str) -> Option<String> {
+    let parts: Vec<&str> = runtime_type.split('.').collect();
+    match parts.as_slice() {
+        [.., name, version] if !name.is_empty() && !version.is_empty() => {
+            Some(format!("containerd-shim-{name}-{version}"))
+        }
+        _ => None,
+    }
+}
+
+fn finding(code: &str, subject: &str, expected: &str, actual: &str, message: String) -> Finding {
+    Finding {
+        code: code.into(),
+        subject: subject.into(),
+        expected: expected.into(),
+        actual: actual.into(),
+        message,
+        blocking: true,
+    }
+}
+
+fn probe_outcome(p: Option<&Probe>) -> ProbeOutcome {
+    p.map(|p| ProbeOutcome::try_from(p.outcome).unwrap_or(ProbeOutcome::Unspecified))
+        .unwrap_or(ProbeOutcome::Unspecified)
+}
+
+/// Judges a report against a desired state.
+pub fn evaluate(report: &Report, desired: &DesiredState) -> Verdict {
+    let mut findings = Vec::new();
+    let userns = report.user_namespaces.as_ref();
+
+    let asks_userns_facts = desired.require_userns
+        || desired.require_idmap_mounts
+        || desired.sysctls.iter().any(|s| s.name.starts_with("user."));
+    if asks_userns_facts && userns.is_some_and(|u| !u.initial_user_namespace) {
+        findings.push(Finding {
+            blocking: false,
+            ..finding(
+                "NOT_INITIAL_USER_NAMESPACE",
+                "agent",
+                "initial user namespace",
+                "child user namespace",
+                "the agent does not run in the initial user namespace: user.* values and probes are that namespace's, not the host's".into(),
+            )
+        });
+    }
+
+    for exp in &desired.sysctls {
+        if let Err(e) = sysctl::validate_name(&exp.name) {
+            findings.push(finding(
+                "SYSCTL_INVALID_NAME",
+                &exp.name,
+                &exp.value,
+                "",
+                e.to_string(),
+            ));
+            continue;
+        }
+        match find_sysctl(report, &exp.name) {
+            None => findings.push(finding(
+                "SYSCTL_MISSING",
+                &exp.name,
+                &exp.value,
+                "not observed",
+                format!("{} was not observed", exp.name),
+            )),
+            Some(s) => match SysctlState::try_from(s.state).unwrap_or(SysctlState::Unspecified) {
+                SysctlState::Present if values_equal(&exp.value, &s.value) => {}
+                SysctlState::Present => findings.push(finding(
+                    "SYSCTL_MISMATCH",
+                    &exp.name,
+                    exp.value.trim(),
+                    s.value.trim(),
+                    format!(
+                        "{} is {}, expected {}",
+                        exp.name,
+                        s.value.trim(),
+                        exp.value.trim()
+                    ),
+                )),
+                SysctlState::Absent => findings.push(finding(
+                    "SYSCTL_MISSING",
+                    &exp.name,
+                    &exp.value,
+                    "absent",
+                    format!("{} does not exist on this kernel", exp.name),
+                )),
+                SysctlState::Unreadable | SysctlState::Unspecified => findings.push(finding(
+                    "SYSCTL_UNREADABLE",
+                    &exp.name,
+                    &exp.value,
+                    "unreadable",
+                    format!("{} could not be read: {}", exp.name, s.error),
+                )),
+            },
+        }
+    }
+
+    let probe_finding = |code: &str, subject: &str, p: Option<&Probe>, what: &str| {
+        let outcome = probe_outcome(p);
+        (outcome != ProbeOutcome::Passed).then(|| {
+            let detail = p
+                .map(|p| p.message.as_str())
+                .filter(|m| !m.is_empty())
+                .unwrap_or("not run");
+            finding(
+                code,
+                subject,
+                "passed",
+                outcome_word(p),
+                format!("{what}: {detail}"),
+            )
+        })
+    };
+    if desired.require_userns {
+        findings.extend(probe_finding(
+            "USERNS_CREATE_FAILED",
+            "user namespace",
+            userns.and_then(|u| u.userns_create.as_ref()),
+            "cannot create a user namespace",
+        ));
+    }
+    if desired.require_idmap_mounts {
+        findings.extend(probe_finding(
+            "IDMAP_MOUNT_FAILED",
+            "idmapped mount",
+            userns.and_then(|u| u.idmap_mount.as_ref()),
+            "cannot create an idmapped mount",
+        ));
+    }
+
+    let gvisor = report.gvisor.as_ref();
+    let cri = gvisor.and_then(|g| g.cri.as_ref());
+    for name in &desired.require_runtime_handlers {
+        let Some(cri) = cri.filter(|c| c.reachable) else {
+            let why = cri
+                .map(|c| c.error.as_str())
+                .filter(|e| !e.is_empty())
+                .unwrap_or("not observed");
+            findings.push(finding(
+                "CRI_UNREACHABLE",
+                name,
+                "handler reported by the CRI",
+                "CRI unreachable",
+                format!("cannot ask the CRI runtime about handler {name}: {why}"),
+            ));
+            continue;
+        };
+        let Some(handler) = cri.handlers.iter().find(|h| &h.name == name) else {
+            findings.push(finding(
+                "RUNTIME_HANDLER_MISSING",
+                name,
+                "reported by the CRI",
+                "absent",
+                format!(
+                    "the CRI runtime ({}) does not report the runtime handler {name}",
+                    cri.endpoint
+                ),
+            ));
+            continue;
+        };
+        // The shim: from the live runtime type, else from the drop-ins.
+        let runtime_type = Some(handler.runtime_type.as_str())
+            .filter(|t| !t.is_empty())
+            .or_else(|| {
+                gvisor?
+                    .configured_handlers
+                    .iter()
+                    .find(|c| &c.name == name)
+                    .map(|c| c.runtime_type.as_str())
+            });
+        let shim = runtime_type.and_then(shim_binary);
+        let observed = shim
+            .as_deref()
+            .and_then(|s| gvisor?.binaries.iter().find(|b| b.name == s));
+        if let Some(b) = observed {
+            if !(b.present && b.regular_file && b.executable) {
+                findings.push(finding(
+                    "RUNTIME_SHIM_MISSING",
+                    name,
+                    &format!("{} executable", b.name),
+                    if b.present { "not executable" } else { "absent" },
+                    format!(
+                        "handler {name} is registered but its shim {} is missing or not executable at {}",
+                        b.name, b.path
+                    ),
+                ));
+            }
+        }
+    }
+
+    if desired.require_gvisor {
+        let readiness = gvisor
+            .map(|g| GvisorReadiness::try_from(g.readiness).unwrap_or(GvisorReadiness::Unspecified))
+            .unwrap_or(GvisorReadiness::Unspecified);
+        if readiness != GvisorReadiness::Ready {
+            let reasons = gvisor.map(|g| g.reasons.join("; ")).unwrap_or_default();
+            findings.push(finding(
+                "GVISOR_NOT_READY",
+                "gvisor",
+                "READY",
+                crate::report::readiness_word(gvisor),
+                if reasons.is_empty() {
+                    "gVisor is not ready".into()
+                } else {
+                    format!("gVisor is not ready: {reasons}")
+                },
+            ));
+        }
+    }
+
+    if desired.require_sandbox_probe {
+        let p = gvisor.and_then(|g| g.sandbox.as_ref());
+        match probe_outcome(p) {
+            ProbeOutcome::Passed => {}
+            ProbeOutcome::Failed | ProbeOutcome::Error => findings.extend(probe_finding(
+                "SANDBOX_PROBE_FAILED",
+                "runsc",
+                p,
+                "the gVisor sandbox did not start",
+            )),
+            ProbeOutcome::Skipped | ProbeOutcome::Unspecified => findings.extend(probe_finding(
+                "SANDBOX_PROBE_NOT_RUN",
+                "runsc",
+                p,
+                "the gVisor sandbox probe did not run",
+            )),
+        }
+    }
+
+    Verdict {
+        converged: !findings.iter().any(|f| f.blocking),
+        findings,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::v1::{Binary, CriRuntime, Gvisor, RuntimeHandler, Sysctl, UserNamespaces};
+
+    fn sysctl(name: &str, state: SysctlState, value: &str) -> Sysctl {
+        Sysctl {
+            name: name.into(),
+            state: state as i32,
+            value: value.into(),
+            error: if state == SysctlState::Unreadable {
+                "EACCES".into()
+            } else {
+                String::new()
+            },
+        }
+    }
+
+    fn probe(outcome: ProbeOutcome, message: &str) -> Option<Probe> {
+        Some(Probe {
+            outcome: outcome as i32,
+            message: message.into(),
+            ..Probe::default()
+        })
+    }
+
+    fn node(limit: &str, userns: ProbeOutcome) -> Report {
+        Report {
+            user_namespaces: Some(UserNamespaces {
+                sysctls: vec![
+                    sysctl("user.max_user_namespaces", SysctlState::Present, limit),
+                    sysctl("kernel.unprivileged_userns_clone", SysctlState::Absent, ""),
+                    sysctl("kernel.yama.ptrace_scope", SysctlState::Unreadable, ""),
+                ],
+                initial_user_namespace: true,
+                userns_create: probe(userns, "user.max_user_namespaces limit reached"),
+                idmap_mount: probe(ProbeOutcome::Skipped, "needs a user namespace"),
+                ..UserNamespaces::default()
+            }),
+            sysctls: vec![sysctl(
+                "net.ipv4.ip_local_port_range",
+                SysctlState::Present,
+                "32768\t60999",
+            )],
+            ..Report::default()
+        }
+    }
+
+    fn want(pairs: &[(&str, &str)]) -> DesiredState {
+        DesiredState {
+            sysctls: pairs
+                .iter()
+                .map(|(n, v)| SysctlExpectation {
+                    name: (*n).into(),
+                    value: (*v).into(),
+                })
+                .collect(),
+            ..DesiredState::default()
+        }
+    }
+
+    fn codes(v: &Verdict) -> Vec<&str> {
+        v.findings.iter().map(|f| f.code.as_str()).collect()
+    }
+
+    #[test]
+    fn sysctl_table() {
+        struct Case {
+            limit: &'static str,
+            desired: &'static [(&'static str, &'static str)],
+            converged: bool,
+            codes: &'static [&'static str],
+        }
+        let cases = [
+            Case {
+                limit: "11255",
+                desired: &[("user.max_user_namespaces", "11255")],
+                converged: true,
+                codes: &[],
+            },
+            Case {
+                limit: "11255\n",
+                desired: &[("user.max_user_namespaces", " 11255 ")],
+                converged: true,
+                codes: &[],
+            },
+            Case {
+                limit: "0",
+                desired: &[("user.max_user_namespaces", "11255")],
+                converged: false,
+                codes: &["SYSCTL_MISMATCH"],
+            },
+            Case {
+                limit: "0",
+                desired: &[("kernel.unprivileged_userns_clone", "1")],
+                converged: false,
+                codes: &["SYSCTL_MISSING"],
+            },
+            Case {
+                limit: "0",
+                desired: &[("kernel.yama.ptrace_scope", "2")],
+                converged: false,
+                codes: &["SYSCTL_UNREADABLE"],
+            },
+            Case {
+                limit: "0",
+                desired: &[("vm.not_observed", "1")],
+                converged: false,
+                codes: &["SYSCTL_MISSING"],
+            },
+            Case {
+                limit: "0",
+                desired: &[("net.ipv4.ip_local_port_range", "32768 60999")],
+                converged: true,
+                codes: &[],
+            },
+            Case {
+                limit: "0",
+                desired: &[("net.ipv4.ip_local_port_range", "32768 61000")],
+                converged: false,
+                codes: &["SYSCTL_MISMATCH"],
+            },
+            Case {
+                limit: "0",
+                desired: &[("net.ipv4.ip_local_port_range", "32768")],
+                converged: false,
+                codes: &["SYSCTL_MISMATCH"],
+            },
+            Case {
+                limit: "0",
+                desired: &[("../../etc/shadow", "x")],
+                converged: false,
+                codes: &["SYSCTL_INVALID_NAME"],
+            },
+        ];
+        for (i, c) in cases.iter().enumerate() {
+            let v = evaluate(&node(c.limit, ProbeOutcome::Passed), &want(c.desired));
+            assert_eq!(v.converged, c.converged, "case {i}: {:?}", v.findings);
+            assert_eq!(codes(&v), c.codes, "case {i}");
+        }
+    }
+
+    #[test]
+    fn mismatch_message_names_both_values() {
+        let v = evaluate(
+            &node("0", ProbeOutcome::Passed),
+            &want(&[("user.max_user_namespaces", "11255")]),
+        );
+        assert_eq!(
+            v.findings[0].message,
+            "user.max_user_namespaces is 0, expected 11255"
+        );
+        assert_eq!(
+            (
+                v.findings[0].expected.as_str(),
+                v.findings[0].actual.as_str()
+            ),
+            ("11255", "0")
+        );
+    }
+
+    #[test]
+    fn probes_and_the_namespace_note() {
+        let mut d = DesiredState {
+            require_userns: true,
+            require_idmap_mounts: true,
+            ..DesiredState::default()
+        };
+        let v = evaluate(&node("0", ProbeOutcome::Failed), &d);
+        assert_eq!(codes(&v), ["USERNS_CREATE_FAILED", "IDMAP_MOUNT_FAILED"]);
+        assert!(v.findings[0].message.contains("limit reached"));
+
+        let mut r = node("11255", ProbeOutcome::Passed);
+        if let Some(u) = r.user_namespaces.as_mut() {
+            u.initial_user_namespace = false;
+            u.idmap_mount = probe(ProbeOutcome::Passed, "ok");
+        }
+        let v = evaluate(&r, &d);
+        assert!(v.converged, "{:?}", v.findings);
+        assert_eq!(codes(&v), ["NOT_INITIAL_USER_NAMESPACE"]);
+        assert!(!v.findings[0].blocking);
+
+        d.require_userns = false;
+        d.require_idmap_mounts = false;
+        assert!(evaluate(&r, &d).findings.is_empty());
+    }
+
+    fn gvisor_node(handlers: &[&str], shim_present: bool, reachable: bool) -> Report {
+        Report {
+            gvisor: Some(Gvisor {
+                readiness: GvisorReadiness::NotReady as i32,
+                reasons: vec!["containerd-shim-runsc-v1 is missing".into()],
+                binaries: vec![Binary {
+                    name: "containerd-shim-runsc-v1".into(),
+                    path: "/usr/local/bin/containerd-shim-runsc-v1".into(),
+                    present: shim_present,
+                    regular_file: shim_present,
+                    executable: shim_present,
+                    ..Binary::default()
+                }],
+                cri: Some(CriRuntime {
+                    endpoint: "unix:///run/containerd/containerd.sock".into(),
+                    reachable,
+                    error: if reachable {
+                        String::new()
+                    } else {
+                        "connection refused".into()
+                    },
+                    handlers: handlers
+                        .iter()
+                        .map(|h| RuntimeHandler {
+                            name: (*h).into(),
+                            runtime_type: if *h == "runsc" {
+                                "io.containerd.runsc.v1".into()
+                            } else {
+                                "io.containerd.runc.v2".into()
+                            },
+                            ..RuntimeHandler::default()
+                        })
+                        .collect(),
+                    ..CriRuntime::default()
+                }),
+                sandbox: probe(
+                    ProbeOutcome::Failed,
+                    "fork/exec /proc/self/exe: no space left on device",
+                ),
+                ..Gvisor::default()
+            }),
+            ..Report::default()
+        }
+    }
+
+    #[test]
+    fn gvisor_table() {
+        let handler = |h: &str| DesiredState {
+            require_runtime_handlers: vec![h.into()],
+            ..DesiredState::default()
+        };
+        let v = evaluate(
+            &gvisor_node(&["runc", "runsc"], true, true),
+            &handler("runsc"),
+        );
+        assert!(v.converged, "{:?}", v.findings);
+        assert_eq!(
+            codes(&evaluate(
+                &gvisor_node(&["runc"], true, true),
+                &handler("runsc")
+            )),
+            ["RUNTIME_HANDLER_MISSING"]
+        );
+        assert_eq!(
+            codes(&evaluate(
+                &gvisor_node(&["runc", "runsc"], false, true),
+                &handler("runsc")
+            )),
+            ["RUNTIME_SHIM_MISSING"]
+        );
+        assert_eq!(
+            codes(&evaluate(
+                &gvisor_node(&["runsc"], true, false),
+                &handler("runsc")
+            )),
+            ["CRI_UNREACHABLE"]
+        );
+        // runc's shim is not among the observed binaries: not judged.
+        assert!(evaluate(&gvisor_node(&["runc"], false, true), &handler("runc")).converged);
+
+        let g = DesiredState {
+            require_gvisor: true,
+            require_sandbox_probe: true,
+            ..DesiredState::default()
+        };
+        let v = evaluate(&gvisor_node(&["runsc"], true, true), &g);
+        assert_eq!(codes(&v), ["GVISOR_NOT_READY", "SANDBOX_PROBE_FAILED"]);
+        assert!(v.findings[0].message.contains("shim"));
+        assert!(v.findings[1].message.contains("no space left on device"));
+        assert_eq!(
+            codes(&evaluate(&Report::default(), &g)),
+            ["GVISOR_NOT_READY", "SANDBOX_PROBE_NOT_RUN"]
+        );
+    }
+
+    #[test]
+    fn validates_desired_states() {
+        assert!(parse_sysctl_flag("user.max_user_namespaces=11255").is_ok());
+        assert_eq!(
+            parse_sysctl_flag("net.ipv4.ip_local_port_range=1 2").map(|e| e.value),
+            Ok("1 2".to_string())
+        );
+        assert!(matches!(
+            parse_sysctl_flag("novalue"),
+            Err(DesiredError::NotAssignment(_))
+        ));
+        assert!(matches!(
+            parse_sysctl_flag("../x=1"),
+            Err(DesiredError::Name(_))
+        ));
+        let many = DesiredState {
+            sysctls: (0..65)
+                .map(|i| SysctlExpectation {
+                    name: format!("a.b{i}"),
+                    value: "1".into(),
+                })
+                .collect(),
+            ..DesiredState::default()
+        };
+        assert_eq!(validate(&many), Err(DesiredError::TooManySysctls(65)));
+        let bad_handler = DesiredState {
+            require_runtime_handlers: vec!["../runsc".into()],
+            ..DesiredState::default()
+        };
+        assert!(matches!(
+            validate(&bad_handler),
+            Err(DesiredError::HandlerName(_))
+        ));
+        assert_eq!(
+            shim_binary("io.containerd.runsc.v1").as_deref(),
+            Some("containerd-shim-runsc-v1")
+        );
+        assert_eq!(shim_binary("bogus"), None);
+    }
+}
