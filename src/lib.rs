@@ -6,6 +6,7 @@
 //! (serve) / [`output`] (print) / [`fleet`] (ask many agents).
 
 pub mod agent;
+pub mod cli;
 pub mod evaluate;
 pub mod fleet;
 pub mod host;

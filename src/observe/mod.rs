@@ -10,9 +10,126 @@ pub mod node;
 pub mod sysctl;
 pub mod userns;
 
-use std::time::{Duration, SystemTime};
+use std::{
+    path::PathBuf,
+    time::{Duration, SystemTime},
+};
 
-use crate::proto::v1::{Probe, ProbeOutcome};
+use crate::{
+    host::HostPaths,
+    proto::v1::{AgentInfo, Gvisor, Probe, ProbeOutcome, Report, UserNamespaces},
+};
+
+/// Where and how to observe.
+#[derive(Debug, Clone)]
+pub struct ObserveConfig {
+    pub paths: HostPaths,
+    /// The binary that runs the userns probe helper (normally ourselves).
+    pub helper_exe: PathBuf,
+    pub probe_timeout: Duration,
+    /// Sysctls to read besides the user namespace ones (from desired states).
+    pub extra_sysctls: Vec<String>,
+    pub gvisor: GvisorConfig,
+}
+
+/// Where gVisor and the CRI runtime are, and how long to wait for them.
+#[derive(Debug, Clone)]
+pub struct GvisorConfig {
+    pub runsc_path: PathBuf,
+    pub shim_path: PathBuf,
+    pub cri_conf_dir: PathBuf,
+    pub cri_endpoint: String,
+    pub cri_timeout: Duration,
+    pub exec_timeout: Duration,
+    pub sandbox_timeout: Duration,
+}
+
+/// What one observation includes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Scope {
+    /// Run the sandbox smoke probe (seconds, so only on demand).
+    pub sandbox: bool,
+}
+
+/// Observes everything once. Never fails: every problem is data in the report.
+pub async fn observe(cfg: &ObserveConfig, scope: Scope) -> Report {
+    let sysctls_all = sysctl::read_all(&cfg.paths.proc_sys(), &[]);
+    let initial = userns::in_initial_user_namespace(&cfg.paths);
+    let (userns_create, idmap_mount) = userns::observe(&cfg.helper_exe, cfg.probe_timeout).await;
+    let namespace_note = match initial {
+        Some(true) => String::new(),
+        Some(false) => "the agent is not in the initial user namespace: user.* values and probes are this namespace's, not the host's".into(),
+        None => "cannot tell whether the agent is in the initial user namespace (uid_map unreadable)".into(),
+    };
+    let gvisor = gvisor_tiers(cfg, &sysctls_all, initial.unwrap_or(true), scope).await;
+    Report {
+        node: Some(node::observe(&cfg.paths)),
+        agent: Some(AgentInfo {
+            version: node::AGENT_VERSION.to_string(),
+            ..AgentInfo::default()
+        }),
+        observed_at: Some(pb_timestamp(SystemTime::now())),
+        user_namespaces: Some(UserNamespaces {
+            sysctls: sysctls_all,
+            initial_user_namespace: initial.unwrap_or(false),
+            namespace_note,
+            userns_create: Some(userns_create),
+            idmap_mount: Some(idmap_mount),
+        }),
+        gvisor: Some(gvisor),
+        sysctls: read_extra(cfg, &cfg.extra_sysctls),
+        ..Report::default()
+    }
+}
+
+/// Reads sysctls outside the user namespace set (validated names only).
+pub fn read_extra(cfg: &ObserveConfig, names: &[String]) -> Vec<crate::proto::v1::Sysctl> {
+    let userns = sysctl::userns_names(&cfg.paths.proc_sys());
+    let mut seen = Vec::new();
+    names
+        .iter()
+        .filter(|n| !userns.contains(n))
+        .filter(|n| {
+            let fresh = !seen.contains(n);
+            seen.push(*n);
+            fresh
+        })
+        .map(|n| sysctl::read(&cfg.paths.proc_sys(), n))
+        .collect()
+}
+
+/// The cheap part of an observation: only the sysctls, to notice a change
+/// between full observations.
+pub fn sysctl_snapshot(cfg: &ObserveConfig) -> Vec<crate::proto::v1::Sysctl> {
+    let mut all = sysctl::read_all(&cfg.paths.proc_sys(), &[]);
+    all.extend(read_extra(cfg, &cfg.extra_sysctls));
+    all
+}
+
+async fn gvisor_tiers(
+    cfg: &ObserveConfig,
+    sysctls: &[crate::proto::v1::Sysctl],
+    initial: bool,
+    scope: Scope,
+) -> Gvisor {
+    // PENDING-GVISOR: replaced by the tiers once observe/gvisor.rs lands.
+    let _ = (sysctls, initial, scope);
+    let g = &cfg.gvisor;
+    let cri = cri::observe(&g.cri_endpoint, g.cri_timeout).await;
+    let (binaries, drop_ins, configured_handlers, preconditions) = (vec![], vec![], vec![], vec![]);
+    let sandbox = skipped("not run");
+    let mut out = Gvisor {
+        binaries,
+        drop_ins,
+        configured_handlers,
+        cri: Some(cri),
+        preconditions,
+        sandbox: Some(sandbox),
+        ..Gvisor::default()
+    };
+    out.readiness = 0;
+    out
+}
 
 /// Converts a `std` duration to the protobuf one.
 pub fn pb_duration(d: Duration) -> pbjson_types::Duration {

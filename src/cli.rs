@@ -1,0 +1,163 @@
+//! Command-line flags shared by `probe`, `serve` and `check`.
+//!
+//! Every flag also reads `SANDBOX_READINESS_<FLAG>` from the environment,
+//! because Talos passes an extension service its configuration as environment
+//! (ExtensionServiceConfig `environment`). Repeatable flags take a
+//! comma-separated list there.
+
+use std::{path::PathBuf, time::Duration};
+
+use clap::{Args, ValueEnum};
+
+use crate::{
+    evaluate::{self, DesiredError},
+    host::HostPaths,
+    observe::{GvisorConfig, ObserveConfig},
+    proto::v1::{DesiredState, SysctlExpectation},
+};
+
+/// Parses durations such as `2s`, `500ms`, `1m`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("{s:?} is not a duration (e.g. 2s, 500ms): {e}"))
+}
+
+fn parse_sysctl(s: &str) -> Result<SysctlExpectation, DesiredError> {
+    evaluate::parse_sysctl_flag(s)
+}
+
+fn parse_handler(s: &str) -> Result<String, DesiredError> {
+    evaluate::validate_handler_name(s).map(|()| s.to_string())
+}
+
+/// The desired state, as flags (the same for `probe`, `serve` and `check`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct DesiredArgs {
+    /// Expected effective sysctl value, NAME=VALUE (repeatable), e.g. user.max_user_namespaces=11255.
+    #[arg(long = "sysctl", value_name = "NAME=VALUE", value_parser = parse_sysctl, env = "SANDBOX_READINESS_SYSCTL", value_delimiter = ',')]
+    pub sysctls: Vec<SysctlExpectation>,
+    /// A user namespace must really be creatable.
+    #[arg(long, env = "SANDBOX_READINESS_REQUIRE_USERNS")]
+    pub require_userns: bool,
+    /// An idmapped mount must really be creatable.
+    #[arg(long, env = "SANDBOX_READINESS_REQUIRE_IDMAP_MOUNTS")]
+    pub require_idmap_mounts: bool,
+    /// A runtime handler the live CRI must report, with its shim present (repeatable), e.g. runsc.
+    #[arg(long = "require-runtime-handler", value_name = "NAME", value_parser = parse_handler, env = "SANDBOX_READINESS_REQUIRE_RUNTIME_HANDLER", value_delimiter = ',')]
+    pub require_runtime_handlers: Vec<String>,
+    /// The gVisor summary must be READY.
+    #[arg(long, env = "SANDBOX_READINESS_REQUIRE_GVISOR")]
+    pub require_gvisor: bool,
+    /// The sandbox smoke probe (runsc do true) must pass.
+    #[arg(long, env = "SANDBOX_READINESS_REQUIRE_SANDBOX_PROBE")]
+    pub require_sandbox_probe: bool,
+}
+
+impl DesiredArgs {
+    /// The desired state these flags describe, validated.
+    pub fn to_desired(&self) -> Result<DesiredState, DesiredError> {
+        let d = DesiredState {
+            sysctls: self.sysctls.clone(),
+            require_userns: self.require_userns,
+            require_idmap_mounts: self.require_idmap_mounts,
+            require_runtime_handlers: self.require_runtime_handlers.clone(),
+            require_gvisor: self.require_gvisor,
+            require_sandbox_probe: self.require_sandbox_probe,
+        };
+        evaluate::validate(&d)?;
+        Ok(d)
+    }
+}
+
+/// Where and how the agent looks at the host.
+#[derive(Debug, Clone, Args)]
+pub struct HostArgs {
+    /// procfs of the host.
+    #[arg(long, default_value = "/proc", env = "SANDBOX_READINESS_PROC_ROOT")]
+    pub proc_root: PathBuf,
+    /// sysfs of the host.
+    #[arg(long, default_value = "/sys", env = "SANDBOX_READINESS_SYS_ROOT")]
+    pub sys_root: PathBuf,
+    /// The host's filesystem root (where /etc, /usr/local/bin and /run are found).
+    #[arg(long, default_value = "/", env = "SANDBOX_READINESS_HOST_ROOT")]
+    pub host_root: PathBuf,
+    /// runsc binary [default: <host-root>/usr/local/bin/runsc].
+    #[arg(long, env = "SANDBOX_READINESS_RUNSC_PATH")]
+    pub runsc_path: Option<PathBuf>,
+    /// gVisor containerd shim [default: <host-root>/usr/local/bin/containerd-shim-runsc-v1].
+    #[arg(long, env = "SANDBOX_READINESS_SHIM_PATH")]
+    pub shim_path: Option<PathBuf>,
+    /// CRI drop-in directory [default: <host-root>/etc/cri/conf.d].
+    #[arg(long, env = "SANDBOX_READINESS_CRI_CONF_DIR")]
+    pub cri_conf_dir: Option<PathBuf>,
+    /// CRI endpoint [default: unix://<host-root>/run/containerd/containerd.sock].
+    #[arg(long, env = "SANDBOX_READINESS_CRI_ENDPOINT")]
+    pub cri_endpoint: Option<String>,
+    /// Deadline for connecting to and asking the CRI runtime.
+    #[arg(long, default_value = "2s", value_parser = parse_duration, env = "SANDBOX_READINESS_CRI_TIMEOUT")]
+    pub cri_timeout: Duration,
+    /// Deadline for every short exec (runsc --version).
+    #[arg(long, default_value = "2s", value_parser = parse_duration, env = "SANDBOX_READINESS_EXEC_TIMEOUT")]
+    pub exec_timeout: Duration,
+    /// Deadline for the sandbox smoke probe.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, env = "SANDBOX_READINESS_SANDBOX_TIMEOUT")]
+    pub sandbox_timeout: Duration,
+    /// Deadline for the user namespace / idmap probe helper.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, env = "SANDBOX_READINESS_PROBE_TIMEOUT")]
+    pub probe_timeout: Duration,
+}
+
+impl HostArgs {
+    /// The observation configuration these flags describe.
+    pub fn to_config(&self, extra_sysctls: Vec<String>) -> ObserveConfig {
+        let paths = HostPaths {
+            proc_root: self.proc_root.clone(),
+            sys_root: self.sys_root.clone(),
+            host_root: self.host_root.clone(),
+        };
+        let bin = paths.default_bin_dir();
+        let gvisor = GvisorConfig {
+            runsc_path: self.runsc_path.clone().unwrap_or_else(|| bin.join("runsc")),
+            shim_path: self
+                .shim_path
+                .clone()
+                .unwrap_or_else(|| bin.join("containerd-shim-runsc-v1")),
+            cri_conf_dir: self
+                .cri_conf_dir
+                .clone()
+                .unwrap_or_else(|| paths.default_cri_conf_dir()),
+            cri_endpoint: self
+                .cri_endpoint
+                .clone()
+                .unwrap_or_else(|| paths.default_cri_endpoint()),
+            cri_timeout: self.cri_timeout,
+            exec_timeout: self.exec_timeout,
+            sandbox_timeout: self.sandbox_timeout,
+        };
+        ObserveConfig {
+            paths,
+            helper_exe: PathBuf::from("/proc/self/exe"),
+            probe_timeout: self.probe_timeout,
+            extra_sysctls,
+            gvisor,
+        }
+    }
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// A table for people.
+    #[default]
+    Table,
+    /// One JSON document (proto3 JSON mapping).
+    Json,
+}
+
+/// Log format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
