@@ -119,10 +119,14 @@ impl HostPaths {
     /// The host paths a Talos service spec must bind-mount for the defaults
     /// above to see the host (checked against `extension/sandbox-readiness.yaml`).
     /// `/proc/sys` and `/sys` need no mount: the service gets the host's.
+    /// `/etc/hostname` is absent: Talos never writes that file, and machined
+    /// answers a missing mount source with MkdirAll on its read-only root, so
+    /// the service would fail to start; the hostname comes from the UTS
+    /// namespace instead (copied from the host's when the container starts).
     pub fn talos_bind_mounts() -> &'static [&'static str] {
         &[
             "/etc/os-release",
-            "/etc/hostname",
+            "/etc/machine-id",
             "/etc/cri/conf.d",
             "/usr/local/bin",
             "/run/containerd",
@@ -150,7 +154,7 @@ mod tests {
     fn every_default_host_path_is_covered_by_a_talos_mount() {
         let p = HostPaths::default();
         let used = [
-            p.etc_hostname(),
+            p.machine_id(),
             p.os_release()[0].clone(),
             p.default_bin_dir(),
             p.default_cri_conf_dir(),
