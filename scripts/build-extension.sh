@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# Builds the sandbox-readiness Talos system extension without Docker.
+#
+#   out/extension/<arch>/manifest.yaml + rootfs/   the extension tree (amd64, arm64)
+#   out/oci                                        OCI image layout:
+#     ref "sandbox-readiness"          multi-platform index (linux/amd64, linux/arm64)
+#     refs "sandbox-readiness-<arch>"  the two platform images it points to
+#
+# Environment: OUT (default <repo>/out), EXTENSION_TARGET_DIR (cargo target dir,
+# default <repo>/target/extension), SOURCE_DATE_EPOCH (timestamps in the trees
+# and images; default: the last commit's time).
+set -euo pipefail
+umask 022
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+out=${OUT:-$root/out}
+name=sandbox-readiness
+# A target dir of its own: release musl builds then neither wait on nor evict
+# the debug builds in target/, also when this runs from inside `cargo test`.
+export CARGO_TARGET_DIR=${EXTENSION_TARGET_DIR:-$root/target/extension}
+
+# OCI architecture -> Rust target.
+declare -A targets=(
+	[amd64]=x86_64-unknown-linux-musl
+	[arm64]=aarch64-unknown-linux-musl
+)
+arches=(amd64 arm64)
+# Service spec mount destinations that are files on a Talos node; every other
+# destination gets a directory as its mount point.
+file_mounts=(/etc/os-release /etc/machine-id)
+
+die() {
+	echo "build-extension: $*" >&2
+	exit 1
+}
+
+install_missing_tools() {
+	local -a pkgs=()
+	command -v clang >/dev/null || pkgs+=(clang)
+	command -v umoci >/dev/null || pkgs+=(umoci)
+	command -v skopeo >/dev/null || pkgs+=(skopeo)
+	command -v jq >/dev/null || pkgs+=(jq)
+	command -v flock >/dev/null || pkgs+=(util-linux)
+	# The tests run the aarch64 binary under qemu and read ELF headers.
+	command -v qemu-aarch64-static >/dev/null || pkgs+=(qemu-user-static)
+	command -v readelf >/dev/null || pkgs+=(binutils)
+	if ((${#pkgs[@]})); then
+		echo "build-extension: installing ${pkgs[*]}" >&2
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+	fi
+	local installed
+	installed=$(rustup target list --installed 2>/dev/null) || die "rustup is needed to add the musl targets"
+	for arch in "${arches[@]}"; do
+		grep -qx "${targets[$arch]}" <<<"$installed" || rustup target add "${targets[$arch]}"
+	done
+	# .cargo/config.toml links aarch64 with rust-lld, which rustup toolchains ship.
+	compgen -G "$(rustc --print sysroot)/lib/rustlib/*/bin/rust-lld" >/dev/null ||
+		die "rust-lld is missing from the Rust toolchain"
+}
+
+# The [package] version in Cargo.toml (pkg.yaml reads it the same way).
+package_version() {
+	awk -F'"' '/^\[/{p = ($0 == "[package]")} p && /^version *=/{print $2; exit}' "$root/Cargo.toml"
+}
+
+build_binaries() {
+	for arch in "${arches[@]}"; do
+		(cd "$root" && cargo build --release --locked --bin "$name" --target "${targets[$arch]}")
+	done
+}
+
+# Lays out out/extension/<arch> from the binary, the service spec and the
+# manifest template: the same paths pkg.yaml installs into /rootfs.
+lay_out_tree() {
+	local arch=$1 version=$2
+	local tree=$out/extension/$arch
+	local croot=$tree/rootfs/usr/local/lib/containers/$name
+	rm -rf "$tree"
+	install -d -m 0755 "$croot" "$tree/rootfs/usr/local/etc/containers"
+	# An empty /usr/local/bin on the host side: the Talos root has none, and
+	# machined would answer the missing bind-mount source with MkdirAll on the
+	# read-only root when no other extension (gvisor) provides it.
+	install -d -m 0755 "$tree/rootfs/usr/local/bin"
+	install -m 0755 "$CARGO_TARGET_DIR/${targets[$arch]}/release/$name" "$croot/$name"
+	install -m 0644 "$root/extension/$name.yaml" "$tree/rootfs/usr/local/etc/containers/$name.yaml"
+	sed "s/@VERSION@/$version/" "$root/extension/manifest.yaml.in" >"$tree/manifest.yaml"
+	chmod 0644 "$tree/manifest.yaml"
+	# Mount points inside the container root, which is read-only at run time.
+	local dest
+	while read -r dest; do
+		[[ $dest == /* ]] || die "mount destination $dest is not absolute"
+		if [[ " ${file_mounts[*]} " == *" $dest "* ]]; then
+			install -d -m 0755 "$croot$(dirname "$dest")"
+			install -m 0644 /dev/null "$croot$dest"
+		else
+			install -d -m 0755 "$croot$dest"
+		fi
+	done < <(sed -n 's/^ *destination: *//p' "$root/extension/$name.yaml")
+	find "$tree" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
+}
+
+# One image per architecture, made by umoci from the tree: an empty image is
+# unpacked, the tree copied into its rootfs and repacked as the single layer.
+build_platform_image() {
+	local arch=$1 version=$2 created=$3
+	local ref=$name-$arch bundle=$out/.bundle-$arch
+	rm -rf "$bundle"
+	umoci new --image "$out/oci:$ref"
+	umoci unpack --image "$out/oci:$ref" "$bundle"
+	cp -a "$out/extension/$arch/." "$bundle/rootfs/"
+	chmod 0755 "$bundle/rootfs"
+	touch -h -d "@$SOURCE_DATE_EPOCH" "$bundle/rootfs"
+	umoci repack --image "$out/oci:$ref" \
+		--history.created="$created" --history.created_by="scripts/build-extension.sh" "$bundle"
+	umoci config --image "$out/oci:$ref" --no-history \
+		--architecture="$arch" --os=linux --created="$created" --author="sandbox-readiness developers" \
+		--config.label="org.opencontainers.image.title=$name" \
+		--config.label="org.opencontainers.image.version=$version"
+	rm -rf "$bundle"
+}
+
+# Ties the platform images together under the ref "$name". umoci 0.4 tags
+# only single image manifests, and skopeo 1.9 copies multi-platform images but
+# cannot assemble one; buildah could, but only through a container storage on
+# this machine. So the index is written here, and only the index: each entry is
+# the descriptor umoci wrote for a platform image plus its platform, the blob is
+# named by its sha256, and skopeo reads the result back before it counts.
+write_index() {
+	local layout=$out/oci entries=() arch
+	for arch in "${arches[@]}"; do
+		entries+=("$(jq -c --arg ref "$name-$arch" --arg arch "$arch" '
+			[.manifests[] | select(.annotations["org.opencontainers.image.ref.name"] == $ref)]
+			| if length == 1 then .[0] else error("no single manifest tagged \($ref)") end
+			| {mediaType, digest, size, platform: {architecture: $arch, os: "linux"}}' "$layout/index.json")")
+	done
+	local blob=$layout/.index.json.new digest size
+	jq -cn --argjson m "[$(IFS=,; echo "${entries[*]}")]" \
+		'{schemaVersion: 2, mediaType: "application/vnd.oci.image.index.v1+json", manifests: $m}' >"$blob"
+	digest=$(sha256sum "$blob" | cut -d' ' -f1)
+	size=$(stat -c %s "$blob")
+	mv "$blob" "$layout/blobs/sha256/$digest"
+	jq -c --arg ref "$name" --arg digest "sha256:$digest" --argjson size "$size" '
+		.manifests += [{mediaType: "application/vnd.oci.image.index.v1+json", digest: $digest, size: $size,
+			annotations: {"org.opencontainers.image.ref.name": $ref}}]' "$layout/index.json" >"$layout/index.json.new"
+	mv "$layout/index.json.new" "$layout/index.json"
+	skopeo inspect --raw "oci:$layout:$name" | jq -e '.manifests | length == 2' >/dev/null ||
+		die "skopeo does not read the index back"
+}
+
+main() {
+	install_missing_tools
+	mkdir -p "$out"
+	# Concurrent builds (two `cargo test` runs) would tear each other's trees.
+	exec 9>"$out/.build.lock"
+	flock -w 1800 9 || die "timed out waiting for another build (lock $out/.build.lock)"
+
+	local version
+	version=$(package_version)
+	[[ -n $version ]] || die "no [package] version in Cargo.toml"
+	: "${SOURCE_DATE_EPOCH:=$(git -C "$root" log -1 --format=%ct 2>/dev/null || echo 0)}"
+	export SOURCE_DATE_EPOCH
+	local created
+	created=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
+
+	build_binaries
+	rm -rf "$out/oci" "$out/extension"
+	umoci init --layout "$out/oci"
+	for arch in "${arches[@]}"; do
+		lay_out_tree "$arch" "$version"
+		build_platform_image "$arch" "$version" "$created"
+	done
+	write_index
+
+	echo "sandbox-readiness $version extension image: oci:$out/oci:$name"
+	for arch in "${arches[@]}"; do
+		printf '  %-5s binary %8d bytes, tree %s\n' "$arch" \
+			"$(stat -c %s "$out/extension/$arch/rootfs/usr/local/lib/containers/$name/$name")" \
+			"$out/extension/$arch"
+	done
+	printf '  layout %d bytes (du --apparent-size of %s)\n' \
+		"$(du -sb --apparent-size "$out/oci" | cut -f1)" "$out/oci"
+}
+
+main "$@"
