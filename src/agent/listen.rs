@@ -1,0 +1,213 @@
+//! Listening sockets: many `--listen` addresses merged into one stream of
+//! connections, a cap on connections held at once, and (for plaintext) a
+//! deadline for the HTTP/2 preface so idle sockets cannot pile up.
+
+use std::{
+    io,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    net::{TcpListener, TcpStream},
+    sync::{mpsc, OwnedSemaphorePermit, Semaphore},
+};
+use tokio_stream::{Stream, StreamExt};
+use tonic::transport::server::{Connected, TcpConnectInfo};
+use tracing::debug;
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// A connection that gives back its slot when dropped.
+#[derive(Debug)]
+pub struct Counted<T> {
+    inner: T,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl<T: Connected> Connected for Counted<T> {
+    type ConnectInfo = T::ConnectInfo;
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Counted<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Counted<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// Merges per-listener connection streams into one, holding a slot of
+/// `slots` for each connection; connections beyond the cap are closed at once.
+pub fn merge<S, T>(
+    streams: Vec<S>,
+    slots: Arc<Semaphore>,
+) -> impl Stream<Item = Result<Counted<T>, io::Error>>
+where
+    S: Stream<Item = Result<T, io::Error>> + Send + Unpin + 'static,
+    T: Send + 'static,
+{
+    let (tx, rx) = mpsc::channel::<Result<Counted<T>, io::Error>>(64);
+    for mut s in streams {
+        let tx = tx.clone();
+        let slots = slots.clone();
+        tokio::spawn(async move {
+            while let Some(item) = s.next().await {
+                let Ok(conn) = item else { continue };
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    debug!("connection limit reached; closing a new connection");
+                    continue;
+                };
+                if tx
+                    .send(Ok(Counted {
+                        inner: conn,
+                        _slot: slot,
+                    }))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        });
+    }
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+/// Plain TCP connections that sent the HTTP/2 preface within `deadline`.
+/// The check peeks, so the server still reads the preface itself.
+pub fn plaintext(
+    listener: TcpListener,
+    deadline: Duration,
+    pending: Arc<Semaphore>,
+) -> impl Stream<Item = Result<PlainConn, io::Error>> + Send + Unpin {
+    let (tx, rx) = mpsc::channel::<Result<PlainConn, io::Error>>(64);
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = match listener.accept().await {
+                Ok(s) => s,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    debug!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let Ok(permit) = pending.clone().try_acquire_owned() else {
+                continue;
+            };
+            if tx.is_closed() {
+                return;
+            }
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let _permit = permit;
+                if let Ok(true) = tokio::time::timeout(deadline, preface(&stream)).await {
+                    let _ = tx.send(Ok(PlainConn(stream))).await;
+                }
+            });
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+async fn preface(stream: &TcpStream) -> bool {
+    let mut buf = [0u8; PREFACE.len()];
+    loop {
+        match stream.peek(&mut buf).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) if n >= PREFACE.len() => return buf == PREFACE,
+            Ok(n) => {
+                if buf[..n] != PREFACE[..n] {
+                    return false;
+                }
+                // Partial preface: wait for more bytes.
+                if stream.readable().await.is_err() {
+                    return false;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    }
+}
+
+/// A plaintext connection that passed the preface check.
+#[derive(Debug)]
+pub struct PlainConn(TcpStream);
+
+impl Connected for PlainConn {
+    type ConnectInfo = TcpConnectInfo;
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.0.connect_info()
+    }
+}
+
+impl AsyncRead for PlainConn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for PlainConn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_flush(cx)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+}

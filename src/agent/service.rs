@@ -1,0 +1,227 @@
+//! The `ReadinessService` gRPC handlers. They only move data: reports come
+//! from the observation cache ([`State`]), verdicts from [`evaluate`].
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+use tracing::debug;
+
+use crate::{
+    agent::state::{State, StateError},
+    evaluate,
+    observe::{self, ObserveConfig},
+    proto::v1::{
+        readiness_service_server::ReadinessService, CheckRequest, CheckResponse, DesiredState,
+        GetReportRequest, GetReportResponse, Report, Verdict, WatchRequest, WatchResponse,
+    },
+    report,
+};
+
+/// Messages buffered per watcher before a watcher that does not read is dropped.
+const WATCH_BUFFER: usize = 8;
+
+/// The service; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Service {
+    state: State,
+    /// The desired state `Check` uses when a request carries none.
+    defaults: Arc<DesiredState>,
+    cfg: Arc<ObserveConfig>,
+    watchers: Arc<Semaphore>,
+    max_watchers: usize,
+    heartbeat: Duration,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl Service {
+    pub fn new(
+        state: State,
+        defaults: DesiredState,
+        cfg: Arc<ObserveConfig>,
+        max_watchers: usize,
+        heartbeat: Duration,
+        shutdown: watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            state,
+            defaults: Arc::new(defaults),
+            cfg,
+            watchers: Arc::new(Semaphore::new(max_watchers)),
+            max_watchers,
+            heartbeat,
+            shutdown,
+        }
+    }
+
+    /// The request's desired state, or the agent's defaults; validated.
+    fn desired(&self, d: Option<DesiredState>) -> Result<DesiredState, Status> {
+        let d = d
+            .filter(|d| !evaluate::is_empty(d))
+            .unwrap_or_else(|| (*self.defaults).clone());
+        evaluate::validate(&d).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        Ok(d)
+    }
+
+    /// The report plus any sysctl the desired state names that the cache
+    /// does not hold (names were validated; reads are capped).
+    fn with_requested_sysctls(&self, report: &Report, desired: &DesiredState) -> Report {
+        let missing: Vec<String> = desired
+            .sysctls
+            .iter()
+            .filter(|s| report::find_sysctl(report, &s.name).is_none())
+            .map(|s| s.name.clone())
+            .collect();
+        let mut r = report.clone();
+        if !missing.is_empty() {
+            r.sysctls.extend(observe::read_extra(&self.cfg, &missing));
+        }
+        r
+    }
+}
+
+fn state_status(e: StateError) -> Status {
+    match e {
+        StateError::Busy => Status::resource_exhausted(e.to_string()),
+        StateError::Stopped => Status::unavailable(e.to_string()),
+    }
+}
+
+#[tonic::async_trait]
+impl ReadinessService for Service {
+    async fn get_report(
+        &self,
+        request: Request<GetReportRequest>,
+    ) -> Result<Response<GetReportResponse>, Status> {
+        let req = request.into_inner();
+        let report = if req.refresh || req.sandbox_probe {
+            self.state
+                .fresh(req.sandbox_probe)
+                .await
+                .map_err(state_status)?
+        } else {
+            self.state.latest()
+        };
+        Ok(Response::new(GetReportResponse {
+            report: Some(Report::clone(&report)),
+        }))
+    }
+
+    async fn check(
+        &self,
+        request: Request<CheckRequest>,
+    ) -> Result<Response<CheckResponse>, Status> {
+        let req = request.into_inner();
+        let desired = self.desired(req.desired)?;
+        let report = if req.refresh || desired.require_sandbox_probe {
+            self.state
+                .fresh(desired.require_sandbox_probe)
+                .await
+                .map_err(state_status)?
+        } else {
+            self.state.latest()
+        };
+        let report = self.with_requested_sysctls(&report, &desired);
+        let verdict = evaluate::evaluate(&report, &desired);
+        Ok(Response::new(CheckResponse {
+            verdict: Some(verdict),
+            report: Some(report),
+        }))
+    }
+
+    type WatchStream = ReceiverStream<Result<WatchResponse, Status>>;
+
+    async fn watch(
+        &self,
+        request: Request<WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let permit = self.watchers.clone().try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted(format!(
+                "too many watchers: at most {} Watch streams at once",
+                self.max_watchers
+            ))
+        })?;
+        let desired = self.desired(request.into_inner().desired)?;
+        if desired.require_sandbox_probe {
+            // The sandbox result arrives as a change on the stream.
+            let state = self.state.clone();
+            tokio::spawn(async move {
+                let _ = state.fresh(true).await;
+            });
+        }
+        let (tx, rx) = mpsc::channel(WATCH_BUFFER);
+        tokio::spawn(self.clone().watch_loop(tx, desired, permit));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+impl Service {
+    async fn watch_loop(
+        self,
+        tx: mpsc::Sender<Result<WatchResponse, Status>>,
+        desired: DesiredState,
+        _permit: OwnedSemaphorePermit,
+    ) {
+        let mut sub = self.state.subscribe();
+        let mut shutdown = self.shutdown.clone();
+        let evaluate = !evaluate::is_empty(&desired);
+        let message = |report: &Report, heartbeat: bool| {
+            let report = self.with_requested_sysctls(report, &desired);
+            WatchResponse {
+                verdict: evaluate
+                    .then(|| evaluate::evaluate(&report, &desired))
+                    .or(None::<Verdict>),
+                report: Some(report),
+                heartbeat,
+            }
+        };
+        let mut last_generation = {
+            let current = self.state.with_counters(sub.borrow_and_update().clone());
+            if tx.try_send(Ok(message(&current, false))).is_err() {
+                return;
+            }
+            current.generation
+        };
+        loop {
+            let heartbeat = tokio::time::sleep(self.heartbeat);
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = tx.closed() => return,
+                changed = sub.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let current = self.state.with_counters(sub.borrow_and_update().clone());
+                    if current.generation == last_generation {
+                        continue;
+                    }
+                    last_generation = current.generation;
+                    if !self.send(&tx, message(&current, false)) {
+                        return;
+                    }
+                }
+                _ = heartbeat => {
+                    let current = self.state.latest();
+                    if !self.send(&tx, message(&current, true)) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends without waiting: a watcher whose buffer is full is not reading,
+    /// and is dropped rather than allowed to hold memory.
+    fn send(&self, tx: &mpsc::Sender<Result<WatchResponse, Status>>, msg: WatchResponse) -> bool {
+        match tx.try_send(Ok(msg)) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                debug!("dropping a Watch stream whose client does not read");
+                let _ = tx.try_send(Err(Status::resource_exhausted("watcher too slow; dropped")));
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    }
+}
