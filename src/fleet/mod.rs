@@ -1,1 +1,3 @@
-//! TODO
+//! The controller's side: ask many agents at once.
+
+pub mod nodes;

@@ -1,0 +1,729 @@
+//! Which nodes to ask: `-n/--nodes`, `--nodes-file`, `--kube-nodes` and the
+//! output of `--nodes-cmd`.
+//!
+//! Everything here is pure (text in, nodes or a one-line error out), so it is
+//! property-tested: no input panics, and a bad entry is refused with the
+//! entry named before anything is sent.
+
+use std::{
+    cmp::Ordering,
+    collections::HashSet,
+    fmt,
+    net::{IpAddr, Ipv6Addr},
+};
+
+use serde_json::Value;
+use thiserror::Error;
+
+/// The agent's default port.
+pub const DEFAULT_PORT: u16 = 50100;
+
+/// Longer entries are refused: the longest DNS name (253) plus a port fits.
+const MAX_ENTRY_CHARS: usize = 300;
+
+/// Errors quote at most this much of the offending text.
+const QUOTE_CHARS: usize = 80;
+
+/// A host to dial: an IP literal or a DNS name (lowercased).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Host {
+    Ip(IpAddr),
+    Name(String),
+}
+
+impl fmt::Display for Host {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Host::Ip(IpAddr::V6(ip)) => write!(f, "[{ip}]"),
+            Host::Ip(IpAddr::V4(ip)) => write!(f, "{ip}"),
+            Host::Name(n) => f.write_str(n),
+        }
+    }
+}
+
+/// Where an agent listens.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Address {
+    pub host: Host,
+    pub port: u16,
+}
+
+impl Address {
+    /// True for loopback IPs (IPv4-mapped ones included) and `localhost`,
+    /// the only places plaintext goes without `--insecure-plaintext`.
+    pub fn is_loopback(&self) -> bool {
+        match &self.host {
+            Host::Ip(ip) => ip.to_canonical().is_loopback(),
+            Host::Name(n) => n == "localhost" || n == "localhost.",
+        }
+    }
+
+    /// The URL tonic dials.
+    pub fn uri(&self, tls: bool) -> String {
+        let scheme = if tls { "https" } else { "http" };
+        format!("{scheme}://{self}")
+    }
+}
+
+impl fmt::Display for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+/// One node to ask.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Node {
+    /// The row label: the Kubernetes node name, or the entry as written
+    /// (normalized: lowercase, IPv6 in brackets, `:port` only if given).
+    pub name: String,
+    /// `None` for a Kubernetes node that lists no usable InternalIP: it is
+    /// part of the pool but cannot be asked, so it is a row of its own.
+    pub address: Option<Address>,
+}
+
+impl Node {
+    /// A node with an address and a label.
+    pub fn new(name: impl Into<String>, address: Address) -> Self {
+        Node {
+            name: name.into(),
+            address: Some(address),
+        }
+    }
+
+    /// Identity for dedupe and for following a changing node set: the
+    /// address, or the name when there is none.
+    pub fn key(&self) -> String {
+        match &self.address {
+            Some(a) => a.to_string(),
+            None => format!("name:{}", self.name),
+        }
+    }
+
+    /// The address as shown in rows, `-` when there is none.
+    pub fn address_display(&self) -> String {
+        self.address
+            .as_ref()
+            .map_or_else(|| "-".to_string(), ToString::to_string)
+    }
+}
+
+/// Why one entry was refused.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum EntryError {
+    #[error("empty node entry")]
+    Empty,
+    #[error("node entry is {0} characters long (at most {MAX_ENTRY_CHARS})")]
+    TooLong(usize),
+    #[error("{0:?} contains whitespace or a control character")]
+    Whitespace(String),
+    #[error("{0:?} looks like a URL: give HOST or HOST:PORT")]
+    Url(String),
+    #[error("{0:?} has '[' without a closing ']'")]
+    UnclosedBracket(String),
+    #[error("{0:?}: the part in brackets is not an IPv6 address")]
+    BadIpv6(String),
+    #[error("{0:?}: IPv6 zone ids (%IFACE) are not supported")]
+    Zone(String),
+    #[error("{0:?}: write IPv6 addresses in brackets, e.g. [{1}] or [{1}]:50100")]
+    BareIpv6(String, String),
+    #[error("{0:?}: unexpected text after ']' (expected :PORT)")]
+    AfterBracket(String),
+    #[error("{0:?}: port {1:?} is not a number from 1 to 65535")]
+    BadPort(String, String),
+    #[error("{0:?}: {1}")]
+    BadHost(String, &'static str),
+    #[error("{0:?} is not a valid IPv4 address")]
+    BadIpv4(String),
+}
+
+/// Why a node source was refused; always names the source and position.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum NodesError {
+    #[error("{origin}: {error}")]
+    Entry { origin: String, error: EntryError },
+    #[error("{origin}: {message}")]
+    Document { origin: String, message: String },
+}
+
+fn quote(s: &str) -> String {
+    s.chars().take(QUOTE_CHARS).collect()
+}
+
+/// Parses one entry: `host`, `host:port`, IPv4, `[IPv6]` or `[IPv6]:port`.
+pub fn parse_entry(raw: &str, default_port: u16) -> Result<Node, EntryError> {
+    let s = raw.trim();
+    if s.is_empty() {
+        return Err(EntryError::Empty);
+    }
+    let len = s.chars().count();
+    if len > MAX_ENTRY_CHARS {
+        return Err(EntryError::TooLong(len));
+    }
+    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(EntryError::Whitespace(quote(s)));
+    }
+    if s.contains("://") || s.contains('/') {
+        return Err(EntryError::Url(quote(s)));
+    }
+    let (host, port_text) = if let Some(rest) = s.strip_prefix('[') {
+        let Some((inner, after)) = rest.split_once(']') else {
+            return Err(EntryError::UnclosedBracket(quote(s)));
+        };
+        if inner.contains('%') {
+            return Err(EntryError::Zone(quote(s)));
+        }
+        let ip: Ipv6Addr = inner.parse().map_err(|_| EntryError::BadIpv6(quote(s)))?;
+        let port = match after {
+            "" => None,
+            p => Some(
+                p.strip_prefix(':')
+                    .ok_or_else(|| EntryError::AfterBracket(quote(s)))?,
+            ),
+        };
+        (Host::Ip(IpAddr::V6(ip)), port)
+    } else if s.matches(':').count() > 1 {
+        // Two or more colons outside brackets can only be a bare IPv6
+        // address, where a port would be ambiguous.
+        let bare = s.split('%').next().unwrap_or(s);
+        return Err(match bare.parse::<Ipv6Addr>() {
+            Ok(ip) if !s.contains('%') => EntryError::BareIpv6(quote(s), ip.to_string()),
+            Ok(_) => EntryError::Zone(quote(s)),
+            Err(_) => EntryError::BadHost(quote(s), "too many ':' (IPv6 goes in brackets)"),
+        });
+    } else {
+        let (h, p) = match s.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (s, None),
+        };
+        (parse_host(h).map_err(|e| with_entry(e, s))?, p)
+    };
+    let port = match port_text {
+        None => default_port,
+        Some(p) => parse_port(p).ok_or_else(|| EntryError::BadPort(quote(s), quote(p)))?,
+    };
+    let address = Address { host, port };
+    let name = match port_text {
+        None => address.host.to_string(),
+        Some(_) => address.to_string(),
+    };
+    Ok(Node {
+        name,
+        address: Some(address),
+    })
+}
+
+fn with_entry(e: EntryError, entry: &str) -> EntryError {
+    match e {
+        EntryError::BadHost(_, why) => EntryError::BadHost(quote(entry), why),
+        other => other,
+    }
+}
+
+fn parse_port(p: &str) -> Option<u16> {
+    if p.is_empty() || p.len() > 5 || !p.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    p.parse::<u16>().ok().filter(|&n| n != 0)
+}
+
+/// An IPv4 literal or a DNS name (RFC 1123 labels; `_` allowed because
+/// some resolvers' names carry it; trailing dot allowed).
+fn parse_host(h: &str) -> Result<Host, EntryError> {
+    if h.is_empty() {
+        return Err(EntryError::BadHost(String::new(), "empty host"));
+    }
+    let labels: Vec<&str> = h.strip_suffix('.').unwrap_or(h).split('.').collect();
+    if labels
+        .iter()
+        .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return h
+            .parse::<std::net::Ipv4Addr>()
+            .map(|ip| Host::Ip(IpAddr::V4(ip)))
+            .map_err(|_| EntryError::BadIpv4(quote(h)));
+    }
+    if h.len() > 253 {
+        return Err(EntryError::BadHost(
+            String::new(),
+            "host name longer than 253",
+        ));
+    }
+    for l in &labels {
+        if l.is_empty() {
+            return Err(EntryError::BadHost(
+                String::new(),
+                "empty label in host name",
+            ));
+        }
+        if l.len() > 63 {
+            return Err(EntryError::BadHost(
+                String::new(),
+                "label longer than 63 in host name",
+            ));
+        }
+        if !l
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(EntryError::BadHost(
+                String::new(),
+                "host names may hold only letters, digits, '-', '_' and '.'",
+            ));
+        }
+        if l.starts_with('-') || l.ends_with('-') {
+            return Err(EntryError::BadHost(
+                String::new(),
+                "a host name label may not start or end with '-'",
+            ));
+        }
+    }
+    Ok(Host::Name(h.to_ascii_lowercase()))
+}
+
+/// Parses `-n a,b,c`.
+pub fn parse_list(s: &str, default_port: u16) -> Result<Vec<Node>, NodesError> {
+    s.split(',')
+        .enumerate()
+        .map(|(i, e)| {
+            parse_entry(e, default_port).map_err(|error| NodesError::Entry {
+                origin: format!("--nodes entry {}", i + 1),
+                error,
+            })
+        })
+        .collect()
+}
+
+/// Parses a file of one entry per line; `#` starts a comment, blank lines
+/// are skipped. `origin` names the file in errors.
+pub fn parse_lines(text: &str, default_port: u16, origin: &str) -> Result<Vec<Node>, NodesError> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let content = line.split('#').next().unwrap_or("").trim();
+        if content.is_empty() {
+            continue;
+        }
+        let node = parse_entry(content, default_port).map_err(|error| NodesError::Entry {
+            origin: format!("{origin} line {}", i + 1),
+            error,
+        })?;
+        out.push(node);
+    }
+    Ok(out)
+}
+
+/// Parses the JSON of `kubectl get nodes -o json` (a `NodeList`, a `List`
+/// of nodes, or a single `Node`): one node per item, labelled by
+/// `metadata.name`, dialled at its first `InternalIP` (the kubelet lists its
+/// primary address first). A node without an InternalIP is kept without an
+/// address, so it shows as a node that cannot be asked instead of vanishing.
+pub fn parse_node_list(
+    text: &str,
+    default_port: u16,
+    origin: &str,
+) -> Result<Vec<Node>, NodesError> {
+    let doc_err = |message: String| NodesError::Document {
+        origin: origin.to_string(),
+        message,
+    };
+    let v: Value = serde_json::from_str(text).map_err(|e| {
+        doc_err(format!(
+            "not JSON (expected `kubectl get nodes -o json`): {e}"
+        ))
+    })?;
+    let kind = v.get("kind").and_then(Value::as_str).unwrap_or("");
+    let items: Vec<&Value> = match (kind, v.get("items")) {
+        ("Node", _) => vec![&v],
+        (_, Some(Value::Array(items))) if matches!(kind, "NodeList" | "List" | "") => {
+            items.iter().collect()
+        }
+        _ => {
+            return Err(doc_err(format!(
+                "expected a NodeList (kubectl get nodes -o json), found kind {:?}",
+                quote(kind)
+            )))
+        }
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        let at = |m: String| doc_err(format!("item {}: {m}", i + 1));
+        let item_kind = item.get("kind").and_then(Value::as_str).unwrap_or("Node");
+        if item_kind != "Node" {
+            return Err(at(format!("kind {:?} is not Node", quote(item_kind))));
+        }
+        let name = item
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| at("no metadata.name".into()))?;
+        validate_node_name(name)
+            .map_err(|why| at(format!("node name {:?}: {why}", quote(name))))?;
+        let addresses = item
+            .pointer("/status/addresses")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let internal = addresses.iter().find_map(|a| {
+            (a.get("type").and_then(Value::as_str) == Some("InternalIP"))
+                .then(|| a.get("address").and_then(Value::as_str))
+                .flatten()
+        });
+        let address = match internal {
+            None => None,
+            Some(ip) => Some(Address {
+                host: parse_internal_ip(ip)
+                    .map_err(|e| at(format!("node {name}: InternalIP {:?}: {e}", quote(ip))))?,
+                port: default_port,
+            }),
+        };
+        out.push(Node {
+            name: name.to_string(),
+            address,
+        });
+    }
+    Ok(out)
+}
+
+/// An InternalIP is a bare IP (IPv6 without brackets, as Kubernetes writes it).
+fn parse_internal_ip(ip: &str) -> Result<Host, &'static str> {
+    let ip = ip.trim();
+    let inner = ip
+        .strip_prefix('[')
+        .and_then(|s| s.strip_suffix(']'))
+        .unwrap_or(ip);
+    inner
+        .parse::<IpAddr>()
+        .map(Host::Ip)
+        .map_err(|_| "not an IP address")
+}
+
+/// Kubernetes node names are DNS subdomains; anything else would also be
+/// unsafe to print on a terminal.
+fn validate_node_name(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() || name.len() > 253 {
+        return Err("must be 1 to 253 characters");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+    {
+        return Err("must hold only lowercase letters, digits, '-' and '.'");
+    }
+    Ok(())
+}
+
+/// Parses what `--nodes-cmd` printed: NodeList JSON when it starts with
+/// `{`, else one entry per line like `--nodes-file`.
+pub fn parse_cmd_output(text: &str, default_port: u16) -> Result<Vec<Node>, NodesError> {
+    if text.trim_start().starts_with('{') {
+        parse_node_list(text, default_port, "--nodes-cmd output")
+    } else {
+        parse_lines(text, default_port, "--nodes-cmd output")
+    }
+}
+
+/// Removes later entries with an address (or, without one, a name) seen
+/// before, keeping the first label; order is otherwise kept.
+pub fn dedupe(nodes: Vec<Node>) -> Vec<Node> {
+    let mut seen = HashSet::new();
+    nodes.into_iter().filter(|n| seen.insert(n.key())).collect()
+}
+
+/// Orders names as people expect: digit runs by value, so `node-2` comes
+/// before `node-10`. Ties fall back to the plain string order, so the
+/// order is total and `Equal` only for equal strings.
+pub fn natural_cmp(a: &str, b: &str) -> Ordering {
+    let (mut x, mut y) = (a.as_bytes(), b.as_bytes());
+    loop {
+        match (x.first(), y.first()) {
+            (None, None) => return a.cmp(b),
+            (None, Some(_)) => return Ordering::Less,
+            (Some(_), None) => return Ordering::Greater,
+            (Some(c), Some(d)) if c.is_ascii_digit() && d.is_ascii_digit() => {
+                let (n, rx) = split_digits(x);
+                let (m, ry) = split_digits(y);
+                let (nt, mt) = (trim_zeros(n), trim_zeros(m));
+                let ord = nt.len().cmp(&mt.len()).then_with(|| nt.cmp(mt));
+                if ord != Ordering::Equal {
+                    return ord;
+                }
+                x = rx;
+                y = ry;
+            }
+            (Some(c), Some(d)) => {
+                if c != d {
+                    return c.cmp(d);
+                }
+                x = &x[1..];
+                y = &y[1..];
+            }
+        }
+    }
+}
+
+fn split_digits(s: &[u8]) -> (&[u8], &[u8]) {
+    let n = s.iter().take_while(|b| b.is_ascii_digit()).count();
+    s.split_at(n)
+}
+
+fn trim_zeros(s: &[u8]) -> &[u8] {
+    let n = s.iter().take_while(|&&b| b == b'0').count();
+    &s[n..]
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::net::Ipv4Addr;
+
+    fn addr(n: &Node) -> String {
+        n.address_display()
+    }
+
+    #[test]
+    fn entry_forms() {
+        let cases = [
+            ("node-1", "node-1", "node-1:50100"),
+            (
+                "Node-1.Example.COM",
+                "node-1.example.com",
+                "node-1.example.com:50100",
+            ),
+            ("node-1:7000", "node-1:7000", "node-1:7000"),
+            ("10.0.0.1", "10.0.0.1", "10.0.0.1:50100"),
+            ("10.0.0.1:1", "10.0.0.1:1", "10.0.0.1:1"),
+            ("[::1]", "[::1]", "[::1]:50100"),
+            ("[fd00::0001]:65535", "[fd00::1]:65535", "[fd00::1]:65535"),
+            ("  localhost  ", "localhost", "localhost:50100"),
+            ("host.", "host.", "host.:50100"),
+        ];
+        for (input, name, address) in cases {
+            let n = parse_entry(input, DEFAULT_PORT).unwrap();
+            assert_eq!(
+                (n.name.as_str(), addr(&n).as_str()),
+                (name, address),
+                "{input}"
+            );
+        }
+    }
+
+    #[test]
+    fn hostile_entries_are_refused_clearly() {
+        let cases: &[(&str, &str)] = &[
+            ("", "empty node entry"),
+            ("   ", "empty node entry"),
+            (
+                "host:99999",
+                "port \"99999\" is not a number from 1 to 65535",
+            ),
+            ("host:0", "port \"0\""),
+            ("host:", "port \"\""),
+            ("host:+80", "port \"+80\""),
+            ("[::1", "without a closing ']'"),
+            ("[::1]x", "unexpected text after ']'"),
+            ("[::1]:", "port \"\""),
+            ("[nope]", "not an IPv6 address"),
+            ("[fe80::1%eth0]", "zone ids"),
+            ("fe80::1%eth0", "zone ids"),
+            ("::1", "write IPv6 addresses in brackets, e.g. [::1]"),
+            ("fd00::1:50100", "in brackets"),
+            ("a b", "whitespace"),
+            ("a\u{1b}[2J", "control character"),
+            ("http://host:1", "looks like a URL"),
+            ("1.2.3.999", "not a valid IPv4"),
+            ("1.2.3", "not a valid IPv4"),
+            ("-host", "may not start or end with '-'"),
+            ("a..b", "empty label"),
+            ("h\u{e9}te", "only letters"),
+            (":80", "empty host"),
+            ("a:b:c", "too many ':'"),
+        ];
+        for (input, want) in cases {
+            let e = parse_entry(input, DEFAULT_PORT).unwrap_err().to_string();
+            assert!(e.contains(want), "{input:?}: {e:?} lacks {want:?}");
+            assert!(!e.contains('\n'), "{e:?}");
+        }
+        let long = "a".repeat(400);
+        assert!(parse_entry(&long, DEFAULT_PORT)
+            .unwrap_err()
+            .to_string()
+            .contains("400 characters"));
+    }
+
+    #[test]
+    fn list_and_file_errors_name_the_position() {
+        let e = parse_list("a,,b", DEFAULT_PORT).unwrap_err().to_string();
+        assert_eq!(e, "--nodes entry 2: empty node entry");
+        let e = parse_list("a, b ,c:99999", DEFAULT_PORT)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("--nodes entry 3: "), "{e}");
+        let ok = parse_list("a, b ,[::1]:9", DEFAULT_PORT).unwrap();
+        assert_eq!(ok.len(), 3);
+
+        let text = "# pool gvisor\nnode-1\n\n  node-2:7000  # the odd one\nbad host\n";
+        let e = parse_lines(text, DEFAULT_PORT, "nodes.txt")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("nodes.txt line 5: "), "{e}");
+        let ok = parse_lines(&text.replace("bad host", ""), DEFAULT_PORT, "f").unwrap();
+        let names: Vec<_> = ok.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["node-1", "node-2:7000"]);
+    }
+
+    #[test]
+    fn dedupe_keeps_first_label() {
+        let mut nodes = parse_list("a,A,a:50100,b,a:1", DEFAULT_PORT).unwrap();
+        nodes.insert(0, Node::new("worker-a", nodes[0].address.clone().unwrap()));
+        let d = dedupe(nodes);
+        let names: Vec<_> = d.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["worker-a", "b", "a:1"]);
+    }
+
+    const NODE_LIST: &str = r#"{
+      "apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""},
+      "items": [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "worker-2", "labels": {"pool": "gvisor"}},
+         "status": {"addresses": [
+            {"type": "Hostname", "address": "worker-2"},
+            {"type": "InternalIP", "address": "10.0.0.2"},
+            {"type": "InternalIP", "address": "fd00::2"},
+            {"type": "ExternalIP", "address": "203.0.113.2"}]}},
+        {"kind": "Node", "metadata": {"name": "worker-1"},
+         "status": {"addresses": [{"type": "InternalIP", "address": "fd00::1"}]}},
+        {"kind": "Node", "metadata": {"name": "worker-3"}, "status": {}}
+      ]
+    }"#;
+
+    #[test]
+    fn node_list_uses_first_internal_ip_and_names() {
+        let nodes = parse_node_list(NODE_LIST, 7000, "nodes.json").unwrap();
+        let got: Vec<_> = nodes.iter().map(|n| (n.name.as_str(), addr(n))).collect();
+        assert_eq!(
+            got,
+            [
+                ("worker-2", "10.0.0.2:7000".to_string()),
+                ("worker-1", "[fd00::1]:7000".to_string()),
+                ("worker-3", "-".to_string()),
+            ]
+        );
+        // The same text through --nodes-cmd output detection.
+        assert_eq!(parse_cmd_output(NODE_LIST, 7000).unwrap(), nodes);
+        let single = r#"{"kind":"Node","metadata":{"name":"n"},"status":{"addresses":[{"type":"InternalIP","address":"127.0.0.1"}]}}"#;
+        assert_eq!(parse_node_list(single, 1, "x").unwrap().len(), 1);
+    }
+
+    #[test]
+    fn node_list_errors() {
+        let cases = [
+            ("[]", "found kind"),
+            ("{\"kind\":\"PodList\",\"items\":[]}", "found kind \"PodList\""),
+            ("nope", "not JSON"),
+            ("{\"kind\":\"NodeList\",\"items\":[{\"kind\":\"Pod\"}]}", "item 1: kind \"Pod\""),
+            ("{\"kind\":\"NodeList\",\"items\":[{}]}", "item 1: no metadata.name"),
+            (
+                "{\"items\":[{\"metadata\":{\"name\":\"Bad Name\"}}]}",
+                "node name \"Bad Name\"",
+            ),
+            (
+                "{\"items\":[{\"metadata\":{\"name\":\"n\"},\"status\":{\"addresses\":[{\"type\":\"InternalIP\",\"address\":\"x\"}]}}]}",
+                "InternalIP \"x\": not an IP address",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = parse_node_list(text, 1, "k.json").unwrap_err().to_string();
+            assert!(e.starts_with("k.json: ") && e.contains(want), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn loopback_detection() {
+        let lo = |s: &str| parse_entry(s, 1).unwrap().address.unwrap().is_loopback();
+        assert!(lo("127.0.0.1") && lo("127.8.9.1:5") && lo("[::1]") && lo("localhost"));
+        assert!(lo("[::ffff:127.0.0.1]"));
+        assert!(!lo("10.0.0.1") && !lo("node-1") && !lo("[fd00::1]") && !lo("localhost.evil"));
+    }
+
+    #[test]
+    fn natural_order() {
+        let mut v = vec!["node-10", "node-2", "node-1", "a", "node-02", "node-2a"];
+        v.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(
+            v,
+            ["a", "node-1", "node-02", "node-2", "node-2a", "node-10"]
+        );
+    }
+
+    fn arb_host() -> impl Strategy<Value = Host> {
+        prop_oneof![
+            any::<[u8; 4]>().prop_map(|o| Host::Ip(IpAddr::V4(Ipv4Addr::from(o)))),
+            any::<[u16; 8]>().prop_map(|s| Host::Ip(IpAddr::V6(Ipv6Addr::from(s)))),
+            "[a-z][a-z0-9-]{0,10}[a-z0-9](\\.[a-z][a-z0-9]{0,8}){0,3}".prop_map(Host::Name),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn arbitrary_text_never_panics(s in "\\PC{0,40}|[\\[\\]:0-9a-f.%, #\\n{}\"-]{0,40}") {
+            let _ = parse_entry(&s, DEFAULT_PORT);
+            let _ = parse_list(&s, DEFAULT_PORT);
+            let _ = parse_lines(&s, DEFAULT_PORT, "f");
+            let _ = parse_node_list(&s, DEFAULT_PORT, "f");
+            let _ = parse_cmd_output(&s, DEFAULT_PORT);
+        }
+
+        #[test]
+        fn errors_are_one_line(s in any::<String>()) {
+            if let Err(e) = parse_list(&s, DEFAULT_PORT) {
+                let msg = e.to_string();
+                prop_assert!(!msg.contains('\n'));
+                prop_assert!(msg.chars().count() < 400);
+            }
+        }
+
+        #[test]
+        fn formatted_addresses_round_trip(host in arb_host(), port in 1u16..) {
+            let a = Address { host, port };
+            let n = parse_entry(&a.to_string(), 9).unwrap();
+            prop_assert_eq!(n.address.as_ref(), Some(&a));
+            prop_assert_eq!(n.name, a.to_string());
+            let bare = parse_entry(&a.host.to_string(), 9).unwrap();
+            prop_assert_eq!(bare.address, Some(Address { port: 9, ..a }));
+        }
+
+        #[test]
+        fn ports_out_of_range_are_refused(host in arb_host(), port in 65536u64..10_000_000) {
+            let s = format!("{host}:{port}");
+            let e = parse_entry(&s, 9).unwrap_err();
+            prop_assert!(matches!(e, EntryError::BadPort(..)), "{:?}", e);
+        }
+
+        #[test]
+        fn dedupe_is_idempotent_and_unique(
+            hosts in proptest::collection::vec((arb_host(), 1u16..4), 0..30)
+        ) {
+            let nodes: Vec<Node> = hosts
+                .into_iter()
+                .map(|(host, port)| Node::new("x", Address { host, port }))
+                .collect();
+            let once = dedupe(nodes.clone());
+            prop_assert_eq!(dedupe(once.clone()), once.clone());
+            let keys: HashSet<_> = once.iter().map(Node::key).collect();
+            prop_assert_eq!(keys.len(), once.len());
+            let all: HashSet<_> = nodes.iter().map(Node::key).collect();
+            prop_assert_eq!(all, keys);
+        }
+
+        #[test]
+        fn natural_cmp_is_a_total_order(a in "[a-c0-2]{0,6}", b in "[a-c0-2]{0,6}", c in "[a-c0-2]{0,6}") {
+            prop_assert_eq!(natural_cmp(&a, &b), natural_cmp(&b, &a).reverse());
+            prop_assert_eq!(natural_cmp(&a, &b) == Ordering::Equal, a == b);
+            if natural_cmp(&a, &b) != Ordering::Greater && natural_cmp(&b, &c) != Ordering::Greater {
+                prop_assert_ne!(natural_cmp(&a, &c), Ordering::Greater);
+            }
+        }
+    }
+}
