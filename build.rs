@@ -27,6 +27,9 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     pbjson_build::Builder::new()
         .register_descriptors(&api_bytes)?
+        // Print false/0/empty fields too: a report that says
+        // "initialUserNamespace": false is clearer than one that omits it.
+        .emit_fields()
         .build(&[".sandbox_readiness"])?;
     Ok(())
 }
