@@ -112,12 +112,33 @@ async fn gvisor_tiers(
     initial: bool,
     scope: Scope,
 ) -> Gvisor {
-    // PENDING-GVISOR: replaced by the tiers once observe/gvisor.rs lands.
-    let _ = (sysctls, initial, scope);
     let g = &cfg.gvisor;
-    let cri = cri::observe(&g.cri_endpoint, g.cri_timeout).await;
-    let (binaries, drop_ins, configured_handlers, preconditions) = (vec![], vec![], vec![], vec![]);
-    let sandbox = skipped("not run");
+    let (binaries, cri) = tokio::join!(
+        gvisor::observe_binaries(&g.runsc_path, &g.shim_path, g.exec_timeout),
+        cri::observe(&g.cri_endpoint, g.cri_timeout),
+    );
+    let (drop_ins, configured_handlers) = gvisor::observe_drop_ins(&g.cri_conf_dir, &cfg.paths);
+    let preconditions = gvisor::preconditions(
+        sysctls,
+        &configured_handlers,
+        gvisor::observe_kvm(&cfg.paths),
+    );
+    let sandbox = if scope.sandbox {
+        let platform = configured_handlers
+            .iter()
+            .find(|h| h.name == "runsc")
+            .map(|h| h.platform.clone())
+            .filter(|p| !p.is_empty());
+        gvisor::sandbox_probe(
+            &g.runsc_path,
+            !initial,
+            platform.as_deref(),
+            g.sandbox_timeout,
+        )
+        .await
+    } else {
+        skipped("not run (ask for it with --sandbox-probe or --require-sandbox-probe)")
+    };
     let mut out = Gvisor {
         binaries,
         drop_ins,
@@ -127,7 +148,7 @@ async fn gvisor_tiers(
         sandbox: Some(sandbox),
         ..Gvisor::default()
     };
-    out.readiness = 0;
+    summarise(&mut out);
     out
 }
 
@@ -200,4 +221,11 @@ pub fn skipped(message: impl Into<String>) -> Probe {
         message: message.into(),
         ..Probe::default()
     }
+}
+
+/// Recomputes the gVisor summary from its tiers.
+pub fn summarise(g: &mut Gvisor) {
+    let (readiness, reasons) = crate::summary::gvisor_readiness(g);
+    g.readiness = readiness as i32;
+    g.reasons = reasons;
 }
