@@ -1,0 +1,728 @@
+//! A private, real containerd for tests: Debian's `containerd` (1.6.20 on
+//! this machine) started as root on its own socket, with its root, state,
+//! CNI and runc directories inside one temporary directory, and a generated
+//! `config.toml` (config `version = 2`, the containerd 1.x format).
+//!
+//! ```ignore
+//! mod support;
+//! let ctd = support::containerd::Containerd::start(support::containerd::Options::with_runsc());
+//! // ... ask ctd.endpoint() ...
+//! drop(ctd); // containerd, its shims and their children are killed, mounts and files removed
+//! ```
+//!
+//! What containerd 1.6.20's CRI plugin does at startup here (observed, not
+//! assumed):
+//! - It refuses to start the CRI plugin without `default_runtime_name` and a
+//!   runtime entry of that name, so the config always registers `runc`.
+//! - Without CNI it still starts: it logs "failed to load cni during init"
+//!   and reports the `NetworkReady` condition false with reason
+//!   `NetworkPluginNotReady`; `RuntimeReady` is true. The CNI dirs point into
+//!   the temporary directory so it neither reads nor creates `/etc/cni`.
+//! - The socket appears a few milliseconds before the CRI service is
+//!   initialized; until then every CRI call fails with "server is not
+//!   initialized yet". Readiness is therefore "CRI Version answered", not
+//!   "socket exists". Startup takes about 0.1 s on this machine.
+//! - It fills no `runtime_handlers` (its vendored cri-api predates the
+//!   field); the runtimes appear only in the verbose Status
+//!   `info["config"]` JSON, with other `info` values (`lastCNILoadStatus` =
+//!   `OK`) not being JSON.
+//! - It creates nothing outside the paths in the config once `/opt`
+//!   (`io.containerd.internal.v1.opt`) is disabled; with no debug or metrics
+//!   address it opens no other socket, and the CRI stream server listens on
+//!   an ephemeral 127.0.0.1 port. The snapshotters this machine cannot use
+//!   (aufs, btrfs, devmapper, zfs) are disabled so they do not log failures.
+//! - runc's state root defaults to the global `/run/containerd/runc`; the
+//!   config sets the runc runtime's `Root` option into the temporary
+//!   directory so containers started through this instance stay private.
+//! - Shims outlive containerd by design: SIGTERM to containerd leaves them
+//!   (and their containers) running. Drop therefore kills every process whose
+//!   command line or working directory lies in the temporary directory, and
+//!   all their descendants, before unmounting and deleting the directory.
+//!
+//! Tests run in parallel: every instance has its own directory, sockets and
+//! config, so instances never collide with each other or with a system
+//! containerd. Nothing here uses `PR_SET_PDEATHSIG` (it fires when the
+//! spawning *thread* exits, which in a test harness is too early); a test
+//! process killed with SIGKILL can therefore leave a containerd behind, whose
+//! command line names its temporary directory.
+
+#![allow(dead_code)]
+
+use std::{
+    fs,
+    io::{BufRead, BufReader},
+    os::unix::{
+        fs::{FileTypeExt, MetadataExt},
+        process::CommandExt,
+    },
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::OnceLock,
+    thread,
+    time::{Duration, Instant},
+};
+
+use sandbox_readiness::proto::cri::{runtime_service_client::RuntimeServiceClient, VersionRequest};
+
+/// How long containerd may take to serve CRI before the test fails.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long containerd gets to exit after SIGTERM before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long `apt-get install` may take when the packages are missing.
+const INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long one `ctr` call may take during teardown.
+const CTR_TIMEOUT: Duration = Duration::from_secs(10);
+/// Where containerd 1.6 puts shim sockets, whatever its config says
+/// (`runtime/v2/shim` `SocketAddress`: `/run/containerd/s/<sha256>`).
+const SHIM_SOCKET_DIR: &str = "/run/containerd/s";
+/// sun_path is 108 bytes including the NUL.
+const MAX_SOCKET_PATH: usize = 107;
+
+/// The runsc shim config the Talos gVisor extension ships (empty flags).
+pub const DEFAULT_RUNSC_CONFIG: &str = "[runsc_config]\n";
+
+/// What the generated config registers.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Register the `runsc` handler (`io.containerd.runsc.v1`) with a
+    /// `ConfigPath` file in the instance directory.
+    pub runsc: bool,
+    /// Contents of that `ConfigPath` file; [`DEFAULT_RUNSC_CONFIG`] if empty.
+    pub runsc_config: String,
+}
+
+impl Options {
+    /// runc only: what a node without gVisor has.
+    pub fn runc_only() -> Self {
+        Self::default()
+    }
+
+    /// runc plus runsc, registered the way gVisor's docs say for 1.x.
+    pub fn with_runsc() -> Self {
+        Self {
+            runsc: true,
+            ..Self::default()
+        }
+    }
+}
+
+/// A running private containerd. Dropping it stops everything it started.
+pub struct Containerd {
+    child: Option<Child>,
+    // Option so Drop can clean up before the directory is removed.
+    dir: Option<tempfile::TempDir>,
+    dir_path: PathBuf,
+    socket: PathBuf,
+    config_path: PathBuf,
+    runsc_config_path: Option<PathBuf>,
+    log_path: PathBuf,
+}
+
+impl Containerd {
+    /// Starts containerd and waits until its CRI service answers Version.
+    /// Panics (after cleaning up) with containerd's log if it does not.
+    pub fn start(opts: Options) -> Self {
+        ensure_root();
+        let binary = ensure_installed();
+
+        let dir = tempfile::Builder::new()
+            .prefix("ctd-")
+            .tempdir()
+            .unwrap_or_else(|e| panic!("cannot create a temporary directory: {e}"));
+        let dir_path = dir.path().to_path_buf();
+        let socket = dir_path.join("containerd.sock");
+        let ttrpc = dir_path.join("containerd.sock.ttrpc");
+        let socket_len = ttrpc.as_os_str().len();
+        assert!(
+            socket_len <= MAX_SOCKET_PATH,
+            "socket path {} is {socket_len} bytes, over the unix limit; set TMPDIR to a shorter directory",
+            ttrpc.display()
+        );
+
+        let runsc_config_path = opts.runsc.then(|| dir_path.join("runsc.toml"));
+        if let Some(p) = &runsc_config_path {
+            let body = if opts.runsc_config.is_empty() {
+                DEFAULT_RUNSC_CONFIG
+            } else {
+                opts.runsc_config.as_str()
+            };
+            write(p, body);
+        }
+        let config_path = dir_path.join("config.toml");
+        write(
+            &config_path,
+            &config_toml(&dir_path, &socket, &ttrpc, runsc_config_path.as_deref()),
+        );
+
+        let log_path = dir_path.join("containerd.log");
+        let log = fs::File::create(&log_path)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", log_path.display()));
+        let log2 = log
+            .try_clone()
+            .unwrap_or_else(|e| panic!("cannot dup the log file: {e}"));
+        let child = Command::new(&binary)
+            .arg("--config")
+            .arg(&config_path)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            // Its own process group: a terminal's Ctrl-C goes to the test,
+            // whose Drop then stops containerd in order.
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
+
+        let mut me = Self {
+            child: Some(child),
+            dir: Some(dir),
+            dir_path,
+            socket,
+            config_path,
+            runsc_config_path,
+            log_path,
+        };
+        // On panic `me` is dropped during unwinding, which cleans up.
+        if let Err(why) = me.wait_ready() {
+            panic!(
+                "private containerd did not start: {why}\n--- containerd log (last lines) ---\n{}",
+                me.log_tail(25)
+            );
+        }
+        me
+    }
+
+    /// The socket, as a CRI endpoint (`unix:///...`).
+    pub fn endpoint(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    /// The socket path.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The instance's private directory (root, state, config, log).
+    pub fn dir(&self) -> &Path {
+        &self.dir_path
+    }
+
+    /// containerd's pid.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The generated `config.toml`.
+    pub fn config_path(&self) -> &Path {
+        &self.config_path
+    }
+
+    /// The `ConfigPath` file the runsc handler names, when registered.
+    pub fn runsc_config_path(&self) -> Option<&Path> {
+        self.runsc_config_path.as_deref()
+    }
+
+    /// containerd's whole log so far.
+    pub fn log(&self) -> String {
+        fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    fn log_tail(&self, n: usize) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        let mut last = String::from("the socket never appeared");
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    return Err(format!("containerd exited early with {status}"));
+                }
+            }
+            if is_socket(&self.socket) {
+                match cri_version(&self.socket) {
+                    Ok(()) => return Ok(()),
+                    Err(e) => last = e,
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "CRI on {} did not answer Version within {START_TIMEOUT:?} (last: {last})",
+                    self.socket.display()
+                ));
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `ctr` bound to this instance (its address); add `-n`, a subcommand…
+    /// Containers started with it should also get `--fifo-dir` and
+    /// `--runc-root` under [`Containerd::dir`], or ctr puts those in the
+    /// global `/run/containerd`.
+    pub fn ctr(&self) -> Command {
+        let mut c = Command::new("ctr");
+        c.arg("--address").arg(&self.socket);
+        c
+    }
+
+    /// Runs `ctr` with a timeout; stdout on success.
+    fn ctr_output(&self, args: &[&str]) -> Option<String> {
+        let mut child = self
+            .ctr()
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        let mut stdout = child.stdout.take()?;
+        // Read on a thread so a full pipe cannot stall the timeout loop.
+        let reader = thread::spawn(move || {
+            let mut s = String::new();
+            let _ = std::io::Read::read_to_string(&mut stdout, &mut s);
+            s
+        });
+        let status = wait_timeout(&mut child, CTR_TIMEOUT)?;
+        let out = reader.join().ok()?;
+        status.success().then_some(out)
+    }
+
+    /// Deletes every task through containerd, so the shims shut down the
+    /// normal way: they kill their containers, unmount, and remove their
+    /// sockets (which containerd 1.6 keeps in the global `/run/containerd/s`).
+    fn delete_tasks(&self) {
+        if which("ctr").is_none() {
+            return;
+        }
+        let Some(namespaces) = self.ctr_output(&["namespaces", "ls", "-q"]) else {
+            return;
+        };
+        for ns in namespaces.split_whitespace() {
+            let Some(tasks) = self.ctr_output(&["-n", ns, "tasks", "ls", "-q"]) else {
+                continue;
+            };
+            for id in tasks.split_whitespace() {
+                let _ = self.ctr_output(&["-n", ns, "tasks", "delete", "--force", id]);
+            }
+        }
+    }
+
+    /// `(namespace, id)` of every shim bundle under the state directory.
+    fn bundles(&self) -> Vec<(String, String)> {
+        let root = self.dir_path.join("state/io.containerd.runtime.v2.task");
+        let mut found = Vec::new();
+        for ns in fs::read_dir(root).into_iter().flatten().flatten() {
+            for id in fs::read_dir(ns.path()).into_iter().flatten().flatten() {
+                found.push((
+                    ns.file_name().to_string_lossy().into_owned(),
+                    id.file_name().to_string_lossy().into_owned(),
+                ));
+            }
+        }
+        found
+    }
+
+    fn stop(&mut self) {
+        let bundles = self.bundles();
+        if self.child.is_some() && !bundles.is_empty() {
+            self.delete_tasks();
+        }
+        if let Some(mut child) = self.child.take() {
+            // Graceful first, so containerd closes its bolt database and
+            // sockets; SIGKILL if it hangs.
+            signal(child.id(), libc::SIGTERM);
+            let deadline = Instant::now() + STOP_GRACE;
+            loop {
+                match child.try_wait() {
+                    Ok(Some(_)) => break,
+                    Ok(None) if Instant::now() < deadline => {
+                        thread::sleep(Duration::from_millis(20));
+                    }
+                    _ => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        break;
+                    }
+                }
+            }
+        }
+        // Whatever the API could not stop: shims that hung or were orphaned.
+        kill_processes_under(&self.dir_path);
+        unmount_under(&self.dir_path);
+        for (ns, id) in &bundles {
+            let sock = shim_socket(&self.socket, ns, id);
+            // Only when no shim removed it; the name hashes our private
+            // socket path, so it cannot be another containerd's.
+            if fs::symlink_metadata(&sock).is_ok() {
+                let _ = fs::remove_file(&sock);
+            }
+        }
+        // The directories containerd 1.6 creates for shim sockets; kept when
+        // anything else (a system containerd, another test) still uses it.
+        let _ = fs::remove_dir(SHIM_SOCKET_DIR);
+        let _ = fs::remove_dir("/run/containerd");
+        if let Some(dir) = self.dir.take() {
+            if let Err(e) = dir.close() {
+                eprintln!("warning: cannot remove {}: {e}", self.dir_path.display());
+            }
+        }
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// What an instance directory still has on the host: processes whose command
+/// line or cwd is in it, mounts under it, and whether it still exists. Empty
+/// after a clean stop.
+pub fn leftovers(dir: &Path) -> Vec<String> {
+    let mut found: Vec<String> = processes_under(dir)
+        .into_iter()
+        .map(|(pid, what)| format!("process {pid}: {what}"))
+        .collect();
+    found.extend(
+        mounts_under(dir)
+            .into_iter()
+            .map(|m| format!("mount {}", m.display())),
+    );
+    if dir.exists() {
+        found.push(format!("directory {} still exists", dir.display()));
+    }
+    found
+}
+
+/// containerd 1.6's shim socket for a task: the SHA-256 of
+/// `<grpc address>/<namespace>/<id>` under [`SHIM_SOCKET_DIR`].
+pub fn shim_socket(grpc_socket: &Path, ns: &str, id: &str) -> PathBuf {
+    let key = format!("{}/{ns}/{id}", grpc_socket.display());
+    let digest = ring::digest::digest(&ring::digest::SHA256, key.as_bytes());
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    Path::new(SHIM_SOCKET_DIR).join(hex)
+}
+
+fn config_toml(dir: &Path, socket: &Path, ttrpc: &Path, runsc_config: Option<&Path>) -> String {
+    let d = dir.display();
+    let mut toml = format!(
+        r#"version = 2
+root = "{d}/root"
+state = "{d}/state"
+disabled_plugins = [
+  "io.containerd.internal.v1.opt",
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+]
+
+[grpc]
+  address = "{socket}"
+
+[ttrpc]
+  address = "{ttrpc}"
+
+[debug]
+  address = ""
+  level = "info"
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.grpc.v1.cri"]
+  netns_mounts_under_state_dir = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{d}/cni/bin"
+    conf_dir = "{d}/cni/net.d"
+
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    default_runtime_name = "runc"
+
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        Root = "{d}/runc"
+"#,
+        socket = socket.display(),
+        ttrpc = ttrpc.display(),
+    );
+    if let Some(cfg) = runsc_config {
+        toml.push_str(&format!(
+            r#"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
+      runtime_type = "io.containerd.runsc.v1"
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
+        TypeUrl = "io.containerd.runsc.v1.options"
+        ConfigPath = "{}"
+"#,
+            cfg.display()
+        ));
+    }
+    toml
+}
+
+fn write(path: &Path, body: &str) {
+    fs::write(path, body).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+}
+
+fn is_socket(p: &Path) -> bool {
+    fs::metadata(p).is_ok_and(|m| m.file_type().is_socket())
+}
+
+fn ensure_root() {
+    let uid = fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(u32::MAX);
+    assert_eq!(
+        uid, 0,
+        "the containerd tests need root (containerd manages mounts and cgroups); running as uid {uid}"
+    );
+}
+
+/// Finds containerd, installing Debian's `containerd` and `runsc` once per
+/// test binary when absent.
+fn ensure_installed() -> PathBuf {
+    static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let found = BINARY.get_or_init(|| {
+        if let Some(p) = which("containerd") {
+            return Ok(p);
+        }
+        let mut child = Command::new("apt-get")
+            .args([
+                "install",
+                "-y",
+                "--no-install-recommends",
+                "containerd",
+                "runsc",
+            ])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("containerd is missing and apt-get cannot run: {e}"))?;
+        let status = wait_timeout(&mut child, INSTALL_TIMEOUT).ok_or_else(|| {
+            format!("apt-get install containerd runsc took over {INSTALL_TIMEOUT:?}")
+        })?;
+        if !status.success() {
+            return Err(format!("apt-get install containerd runsc failed: {status}"));
+        }
+        which("containerd").ok_or_else(|| "containerd still missing after apt-get".to_string())
+    });
+    match found {
+        Ok(p) => p.clone(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/usr/bin", "/sbin", "/bin"].map(PathBuf::from))
+        .map(|d| d.join(name))
+        .find(|p| fs::metadata(p).is_ok_and(|m| m.is_file() && m.mode() & 0o111 != 0))
+}
+
+fn wait_timeout(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok(Some(s)) = child.try_wait() {
+            return Some(s);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// One CRI Version call, on a private runtime in a private thread so this
+/// works from sync tests and from inside `#[tokio::test]` alike.
+fn cri_version(socket: &Path) -> Result<(), String> {
+    let socket = socket.to_path_buf();
+    thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("tokio runtime: {e}"))?;
+        rt.block_on(async move {
+            let call = async {
+                let channel = tonic::transport::Endpoint::try_from("http://[::]")
+                    .map_err(|e| e.to_string())?
+                    .connect_with_connector(tower::service_fn(move |_| {
+                        let s = socket.clone();
+                        async move {
+                            tokio::net::UnixStream::connect(s)
+                                .await
+                                .map(hyper_util::rt::TokioIo::new)
+                        }
+                    }))
+                    .await
+                    .map_err(|e| format!("connect: {e}"))?;
+                RuntimeServiceClient::new(channel)
+                    .version(VersionRequest {
+                        version: "0.1.0".into(),
+                    })
+                    .await
+                    .map(|_| ())
+                    .map_err(|s| format!("Version: {:?}: {}", s.code(), s.message()))
+            };
+            tokio::time::timeout(Duration::from_secs(2), call)
+                .await
+                .map_err(|_| "Version did not answer within 2s".to_string())?
+        })
+    })
+    .join()
+    .map_err(|_| "the readiness probe thread panicked".to_string())?
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return;
+    };
+    // Never 0 or negative, which would signal whole process groups.
+    if pid > 0 {
+        // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+}
+
+/// Processes whose command line mentions `dir` or whose cwd is in it:
+/// containerd itself, its shims (started with `-address <dir>/...` in a
+/// bundle directory under the state dir).
+fn processes_under(dir: &Path) -> Vec<(u32, String)> {
+    // The trailing slash keeps /tmp/ctd-abc from matching /tmp/ctd-abcd.
+    let needle = format!("{}/", dir.to_string_lossy());
+    let me = std::process::id();
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me || is_zombie(pid) {
+            continue;
+        }
+        let cmdline = fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+            .unwrap_or_default();
+        let cwd = fs::read_link(format!("/proc/{pid}/cwd")).unwrap_or_default();
+        if cmdline.contains(&needle) || cwd.starts_with(dir) {
+            found.push((pid, cmdline.trim().to_string()));
+        }
+    }
+    found
+}
+
+fn is_zombie(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(true)
+}
+
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut kids = Vec::new();
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return kids;
+    };
+    for t in tasks.flatten() {
+        let path = t.path().join("children");
+        if let Ok(s) = fs::read_to_string(path) {
+            kids.extend(s.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+        }
+    }
+    kids
+}
+
+/// Kills the shims and everything below them (the containers' processes,
+/// which the shim reaps as subreaper), waiting until they are gone.
+fn kill_processes_under(dir: &Path) {
+    let mut victims: Vec<u32> = processes_under(dir).into_iter().map(|(p, _)| p).collect();
+    let mut i = 0;
+    while i < victims.len() {
+        for kid in children_of(victims[i]) {
+            if !victims.contains(&kid) {
+                victims.push(kid);
+            }
+        }
+        i += 1;
+    }
+    for &pid in &victims {
+        signal(pid, libc::SIGKILL);
+    }
+    let deadline = Instant::now() + STOP_GRACE;
+    while victims.iter().any(|&p| !is_zombie(p)) && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    let Ok(f) = fs::File::open("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    BufReader::new(f)
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|line| line.split(' ').nth(4).map(unescape_mountinfo))
+        .map(PathBuf::from)
+        .filter(|p| p.starts_with(dir))
+        .collect()
+}
+
+/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Detaches every mount under `dir`, deepest first.
+fn unmount_under(dir: &Path) {
+    let mut mounts = mounts_under(dir);
+    mounts.sort_by_key(|m| std::cmp::Reverse(m.as_os_str().len()));
+    for m in mounts {
+        let Ok(c) = std::ffi::CString::new(m.as_os_str().as_encoded_bytes()) else {
+            continue;
+        };
+        // SAFETY: `c` is a valid NUL-terminated path that outlives the call;
+        // umount2 does not keep the pointer.
+        let rc = unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        if rc != 0 {
+            eprintln!(
+                "warning: cannot unmount {}: {}",
+                m.display(),
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}

@@ -1,0 +1,5 @@
+//! Helpers shared by the integration tests (`mod support;` in a test file).
+
+#![allow(dead_code)]
+
+pub mod containerd;
