@@ -1413,7 +1413,7 @@ mod tests {
             let mut asked = Vec::new();
             let mut lookup = |p: &str| {
                 asked.push(p.to_string());
-                ConfigLookup { exists: p.len() % 2 == 0, platform: format!("p{}", p.len()) }
+                ConfigLookup { exists: p.len().is_multiple_of(2), platform: format!("p{}", p.len()) }
             };
             let found = handlers_from_drop_in(&text, "src", &mut lookup).unwrap();
             prop_assert_eq!(found.len(), runtimes.len());
@@ -1428,7 +1428,7 @@ mod tests {
                     prop_assert!(!h.config_path_exists);
                     prop_assert_eq!(&h.platform, "");
                 } else {
-                    prop_assert_eq!(h.config_path_exists, c.len() % 2 == 0);
+                    prop_assert_eq!(h.config_path_exists, c.len().is_multiple_of(2));
                     prop_assert_eq!(&h.platform, &format!("p{}", c.len()));
                 }
             }
