@@ -36,7 +36,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Observe this machine once and print the report (and the verdict, with desired-state flags).
-    Probe(ProbeArgs),
+    Probe(Box<ProbeArgs>),
     /// Run the agent: keep a fresh observation and serve it over gRPC.
     Serve(Box<ServeArgs>),
     /// Certificates for the agent's mTLS.
@@ -87,7 +87,7 @@ fn main() -> ExitCode {
     };
     init_logs(cli.log_format, default_level);
     match cli.command {
-        Command::Probe(args) => runtime(|| probe(args)),
+        Command::Probe(args) => runtime(|| probe(*args)),
         Command::Serve(args) => runtime(|| async move {
             match agent::run(*args).await {
                 Ok(()) => ExitCode::SUCCESS,

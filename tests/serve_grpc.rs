@@ -1,5 +1,6 @@
 //! `serve` over real loopback sockets: the API, health, reflection, Watch on
 //! a real sysctl change, refresh coalescing, hostile requests and SIGTERM.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! The real kernel: the agent inside a child user namespace whose
 //! `user.max_user_namespaces` is 0, then 11255.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -157,7 +157,7 @@ fn finish(
     gens: &mut Generations,
 ) -> bool {
     if let Some(agent) = report.agent.as_mut() {
-        agent.started_at = Some(started_at.clone());
+        agent.started_at = Some(*started_at);
     }
     gens.stamp(report)
 }

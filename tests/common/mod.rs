@@ -1,7 +1,7 @@
 //! Test support: real agent processes on loopback, optionally inside a child
 //! user namespace (`unshare -U -r`) whose `user.max_user_namespaces` the test
 //! sets and changes — the real kernel, no fakes.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
     net::{SocketAddr, TcpListener, TcpStream},
