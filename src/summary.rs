@@ -132,10 +132,11 @@ pub fn gvisor_readiness(g: &Gvisor) -> (GvisorReadiness, Vec<String>) {
             (false, false, false) => {
                 unknown.push(format!("could not decide {}: {}", p.name, p.detail))
             }
-            (_, false, true) => notes.push(format!(
+            (true, false, true) => notes.push(format!(
                 "{}; only the handlers on other platforms can start sandboxes",
                 p.detail
             )),
+            (false, false, true) => notes.push(p.detail.clone()),
         }
     }
 

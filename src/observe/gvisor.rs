@@ -9,7 +9,7 @@
 //! environment and a deadline; on timeout the whole group is killed, because
 //! runsc forks a gofer and a sandbox and a hung one must not outlive the probe.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{self, Read};
 use std::os::unix::fs::PermissionsExt;
@@ -872,9 +872,9 @@ fn minimal_env(cmd: &mut Command) {
 }
 
 /// Runs `cmd` in its own process group with stdin closed, capturing output,
-/// for at most `timeout`. On timeout the group is killed; with `marker`, so
-/// is every process whose command line names it (runsc's sandbox calls
-/// setsid, leaving the group).
+/// for at most `timeout`. On timeout the group is killed. With `marker`,
+/// every process whose command line names it is killed once the child is
+/// done (runsc's sandbox calls setsid, leaving the group).
 async fn run_bounded(
     mut cmd: Command,
     timeout: Duration,
@@ -912,13 +912,15 @@ async fn run_bounded(
         }
         Err(_) => {
             kill_group(pid);
-            if let Some(m) = marker {
-                kill_marked(m);
-            }
             let reaped = tokio::time::timeout(REAP_GRACE, child.wait()).await;
             (reaped.ok().and_then(Result::ok), true)
         }
     };
+    // Also after a normal exit: anything still naming the marker is a stray
+    // that would outlive the directory it names.
+    if let Some(m) = marker {
+        kill_marked(m);
+    }
     let elapsed = started.elapsed();
     for mut r in readers.into_iter().flatten() {
         if tokio::time::timeout(PIPE_GRACE, &mut r).await.is_err() {
@@ -1048,12 +1050,6 @@ fn last_line_suffix(bytes: &[u8]) -> String {
     } else {
         format!(": {l}")
     }
-}
-
-/// The distinct names of `handlers`, sorted, for messages.
-pub fn handler_names<'a>(handlers: impl IntoIterator<Item = &'a ConfiguredHandler>) -> Vec<String> {
-    let set: BTreeSet<&str> = handlers.into_iter().map(|h| h.name.as_str()).collect();
-    set.into_iter().map(str::to_string).collect()
 }
 
 #[cfg(test)]
