@@ -400,6 +400,8 @@ mod tests {
             ("max_user_namespaces 0", |g| g.preconditions[0] = Precondition { name: "user.max_user_namespaces".into(), satisfied: false, known: true, detail: "user.max_user_namespaces is 0; runsc needs at least 2".into() }, NotReady, &["user.max_user_namespaces is 0; runsc needs at least 2"]),
             ("ptrace_scope unreadable", |g| g.preconditions[1] = pre("kernel.yama.ptrace_scope", false, false), Unknown, &["could not decide kernel.yama.ptrace_scope"]),
             ("no /dev/kvm but a systrap handler exists", |g| g.preconditions[2] = pre(PRECONDITION_KVM, false, true), Ready, &["smoke probe passed", "/dev/kvm detail; only the handlers on other platforms"]),
+            ("/dev/kvm undecidable but a systrap handler exists", |g| g.preconditions[2] = pre(PRECONDITION_KVM, false, false), Ready, &["/dev/kvm detail"]),
+            ("/dev/kvm undecidable and only kvm handlers", |g| { g.configured_handlers.remove(0); g.preconditions[2] = pre(PRECONDITION_KVM, false, false) }, Unknown, &["could not decide /dev/kvm"]),
             ("no /dev/kvm and only kvm handlers", |g| { g.configured_handlers.remove(0); g.preconditions[2] = pre(PRECONDITION_KVM, false, true) }, NotReady, &["/dev/kvm detail"]),
             ("smoke probe failed", |g| g.sandbox = Some(probe(ProbeOutcome::Failed, "fork/exec /proc/self/exe: no space left on device")), NotReady, &["the sandbox smoke probe failed: fork/exec /proc/self/exe: no space left on device"]),
             ("smoke probe timed out", |g| g.sandbox = Some(probe(ProbeOutcome::Error, "did not finish within 10s")), NotReady, &["could not run: did not finish within 10s"]),
