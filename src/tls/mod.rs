@@ -1,1 +1,92 @@
-//! TODO
+//! TLS for the agent's gRPC port and for the controller that asks it.
+//!
+//! Everything is rustls with the ring provider, from PEM files. Errors are
+//! [`TlsError`]: one line, naming the file or flag at fault, never quoting
+//! key material.
+//!
+//! # Server (`serve --tls-cert --tls-key [--client-ca]`)
+//!
+//! ```no_run
+//! # async fn serve(listener: tokio::net::TcpListener) -> Result<(), Box<dyn std::error::Error>> {
+//! use sandbox_readiness::tls::{self, AcceptLimits, ReloadOptions, ServerTls, TlsPaths};
+//!
+//! let tls = ServerTls::load(TlsPaths {
+//!     cert: "/etc/sr/server.pem".into(),
+//!     key: "/etc/sr/server-key.pem".into(),
+//!     client_ca: Some("/etc/sr/client-ca.pem".into()),
+//! })?;
+//! // Reload on SIGHUP and when the files change (polled every 5 s); keep
+//! // the handle alive for as long as reloading should go on.
+//! let _reloader = tls.spawn_reloader(ReloadOptions::default())?;
+//! let incoming = tls::incoming(listener, tls.clone(), AcceptLimits::default());
+//! let stats = incoming.stats(); // handshake/shed counters, for logs
+//! let (_reporter, health) = tonic_health::server::health_reporter();
+//! tonic::transport::Server::builder()
+//!     .add_service(health)
+//!     .serve_with_incoming(incoming)
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! - [`ServerTls`]: the configuration, loaded with [`ServerTls::load`],
+//!   swapped atomically by [`ServerTls::reload`] (bad new files leave the old
+//!   configuration in force and return the error), and
+//!   [`ServerTls::spawn_reloader`] for SIGHUP + mtime polling. ALPN offers
+//!   `h2`. With a client CA, a client without a certificate chaining to it
+//!   (and valid now, with the clientAuth usage if it lists usages) is refused
+//!   in the handshake.
+//! - [`incoming`]: the accept loop, a `Stream` of
+//!   `Result<tokio_rustls::server::TlsStream<TcpStream>, io::Error>` for
+//!   `Server::serve_with_incoming`; tonic implements `Connected` for that
+//!   stream type (its `tls-ring` feature turns on `tls-connect-info`), so
+//!   `Request::peer_certs()` works in handlers. Handshakes run concurrently,
+//!   each under [`AcceptLimits::handshake_timeout`], at most
+//!   [`AcceptLimits::max_handshakes`] in flight and
+//!   [`AcceptLimits::max_handshakes_per_ip`] per peer address; beyond a cap
+//!   new connections are closed at once. Failed handshakes are counted in
+//!   [`AcceptStats`], logged at debug at most once a second, and never end
+//!   the stream. [`incoming_plain`] has the same shape without TLS (for
+//!   `--insecure-plaintext`).
+//!
+//! # Client (`check --tls-ca [--tls-cert --tls-key]`)
+//!
+//! [`client_tls_config`] reads and checks the files and returns a
+//! `tonic::transport::ClientTlsConfig` for `Endpoint::tls_config` (use an
+//! `https://` URL).
+//!
+//! # Certificates for people (`tls init DIR --san NAME...`)
+//!
+//! [`init`] writes, all mode 0600 and refusing to overwrite unless forced:
+//!
+//! | file | what | used as |
+//! |---|---|---|
+//! | `ca.pem` | CA certificate (10 years) | `serve --client-ca`, `check --tls-ca` |
+//! | `ca-key.pem` | CA key | kept offline, signs more certificates |
+//! | `server.pem` | agents' certificate (1 year, serverAuth, the `--san` names) | `serve --tls-cert` |
+//! | `server-key.pem` | its key | `serve --tls-key` |
+//! | `client.pem` | controller's certificate (1 year, clientAuth) | `check --tls-cert` |
+//! | `client-key.pem` | its key | `check --tls-key` |
+//!
+//! [`render_instructions`] returns the text to print: the Talos
+//! `ExtensionServiceConfig` document mounting server certificate, key and CA
+//! at [`NODE_TLS_DIR`]`/{server.pem,server-key.pem,client-ca.pem}` with
+//! `SANDBOX_READINESS_TLS_CERT`/`_TLS_KEY`/`_CLIENT_CA` pointing there, and
+//! the matching `check` flags. It contains the server's private key.
+
+mod accept;
+mod client;
+mod error;
+mod init;
+mod pem;
+mod server;
+
+pub use accept::{
+    incoming, incoming_plain, AcceptCounts, AcceptLimits, AcceptStats, PlainIncoming, TlsIncoming,
+};
+pub use client::{client_tls_config, CLIENT_HANDSHAKE_TIMEOUT};
+pub use error::TlsError;
+pub use init::{
+    init, render_instructions, InitOptions, InitOutput, CA_CERT_FILE, CA_KEY_FILE,
+    CLIENT_CERT_FILE, CLIENT_KEY_FILE, NODE_TLS_DIR, SERVER_CERT_FILE, SERVER_KEY_FILE,
+};
+pub use server::{ReloadOptions, Reloader, ServerTls, TlsPaths};

@@ -1,0 +1,462 @@
+//! Accept loops for `tonic::transport::Server::serve_with_incoming`.
+//!
+//! Handshakes run in their own tasks, each under a timeout, with a cap on how
+//! many are in flight in total and per peer address. A peer that connects and
+//! sends nothing costs one slot for at most the timeout; when the caps are
+//! reached new connections are closed at once (shed) instead of queueing
+//! behind the slow ones, so a well-behaved client retrying gets in as soon as
+//! a slot frees. Failed handshakes are counted, logged at debug at most once a
+//! second, and dropped; the stream itself never ends or yields an error while
+//! its consumer holds it.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_rustls::server::TlsStream;
+use tokio_stream::Stream;
+
+use super::server::ServerTls;
+
+/// Bounds on the TLS accept path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptLimits {
+    /// A handshake not finished by then is abandoned and its socket closed.
+    pub handshake_timeout: Duration,
+    /// Handshakes in flight at once, over all peers (at least 1).
+    pub max_handshakes: usize,
+    /// Handshakes in flight at once from one IP address; 0 = no per-address
+    /// cap.
+    pub max_handshakes_per_ip: usize,
+}
+
+impl Default for AcceptLimits {
+    fn default() -> Self {
+        Self {
+            handshake_timeout: Duration::from_secs(10),
+            max_handshakes: 256,
+            max_handshakes_per_ip: 32,
+        }
+    }
+}
+
+/// Counters of one accept loop, shared with whoever holds the stream.
+#[derive(Debug, Default)]
+pub struct AcceptStats {
+    accepted: AtomicU64,
+    handshakes_ok: AtomicU64,
+    handshakes_failed: AtomicU64,
+    handshakes_timed_out: AtomicU64,
+    shed: AtomicU64,
+    accept_errors: AtomicU64,
+    in_flight: AtomicU64,
+}
+
+/// A point-in-time copy of [`AcceptStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AcceptCounts {
+    /// TCP connections accepted.
+    pub accepted: u64,
+    /// Handshakes completed and handed to the server.
+    pub handshakes_ok: u64,
+    /// Handshakes the peer or rustls broke off (no/unknown/expired client
+    /// certificate, garbage, closed early).
+    pub handshakes_failed: u64,
+    /// Handshakes abandoned at the timeout.
+    pub handshakes_timed_out: u64,
+    /// Connections closed unanswered because a cap was reached.
+    pub shed: u64,
+    /// `accept(2)` failures (e.g. EMFILE).
+    pub accept_errors: u64,
+    /// Handshakes running now.
+    pub in_flight: u64,
+}
+
+impl AcceptStats {
+    /// Reads all counters (each atomically, not all together).
+    pub fn snapshot(&self) -> AcceptCounts {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        AcceptCounts {
+            accepted: get(&self.accepted),
+            handshakes_ok: get(&self.handshakes_ok),
+            handshakes_failed: get(&self.handshakes_failed),
+            handshakes_timed_out: get(&self.handshakes_timed_out),
+            shed: get(&self.shed),
+            accept_errors: get(&self.accept_errors),
+            in_flight: get(&self.in_flight),
+        }
+    }
+
+    fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// TLS connections for `serve_with_incoming`; see [`incoming`].
+///
+/// Dropping it stops the accept loop, closes the listening socket and aborts
+/// handshakes in flight.
+pub struct TlsIncoming {
+    inner: Incoming<TlsStream<TcpStream>, TlsSetup>,
+}
+
+struct TlsSetup {
+    tls: ServerTls,
+    limits: AcceptLimits,
+}
+
+/// Plain TCP connections for `serve_with_incoming`; see [`incoming_plain`].
+pub struct PlainIncoming {
+    inner: Incoming<TcpStream, ()>,
+}
+
+/// The part both streams share: the accept task starts on first poll (so
+/// building the stream can neither fail nor need a runtime), hands
+/// connections over a bounded channel, and is aborted on drop.
+struct Incoming<T, S> {
+    start: Option<(TcpListener, S, mpsc::Sender<T>)>,
+    rx: mpsc::Receiver<T>,
+    stats: Arc<AcceptStats>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl<T, S> Incoming<T, S> {
+    fn new(listener: TcpListener, setup: S, capacity: usize) -> Self {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        Self {
+            start: Some((listener, setup, tx)),
+            rx,
+            stats: Arc::new(AcceptStats::default()),
+            task: None,
+        }
+    }
+
+    fn poll_next_with<F>(&mut self, cx: &mut Context<'_>, spawn: F) -> Poll<Option<T>>
+    where
+        F: FnOnce(TcpListener, S, mpsc::Sender<T>, Arc<AcceptStats>) -> JoinHandle<()>,
+    {
+        if let Some((listener, setup, tx)) = self.start.take() {
+            self.task = Some(spawn(listener, setup, tx, Arc::clone(&self.stats)));
+        }
+        self.rx.poll_recv(cx)
+    }
+}
+
+impl<T, S> Drop for Incoming<T, S> {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+/// Accepts TCP connections from `listener` and yields those whose TLS
+/// handshake with the configuration of `tls` (as current at accept time)
+/// succeeded. Never yields `Err` and never ends on its own; see the module
+/// notes for the limits.
+pub fn incoming(listener: TcpListener, tls: ServerTls, limits: AcceptLimits) -> TlsIncoming {
+    let capacity = limits.max_handshakes;
+    TlsIncoming {
+        inner: Incoming::new(listener, TlsSetup { tls, limits }, capacity),
+    }
+}
+
+/// Accepts TCP connections and yields them as they are (for
+/// `--insecure-plaintext`). Same shape and accept-error handling as
+/// [`incoming`]; no handshake, so no handshake limits.
+pub fn incoming_plain(listener: TcpListener) -> PlainIncoming {
+    PlainIncoming {
+        inner: Incoming::new(listener, (), 64),
+    }
+}
+
+impl TlsIncoming {
+    /// The counters of this accept loop.
+    pub fn stats(&self) -> Arc<AcceptStats> {
+        Arc::clone(&self.inner.stats)
+    }
+}
+
+impl PlainIncoming {
+    /// The counters of this accept loop (only `accepted` and `accept_errors`
+    /// move).
+    pub fn stats(&self) -> Arc<AcceptStats> {
+        Arc::clone(&self.inner.stats)
+    }
+}
+
+impl Stream for TlsIncoming {
+    type Item = Result<TlsStream<TcpStream>, std::io::Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut()
+            .inner
+            .poll_next_with(cx, |listener, setup, tx, stats| {
+                tokio::spawn(tls_accept_loop(listener, setup, tx, stats))
+            })
+            .map(|item| item.map(Ok))
+    }
+}
+
+impl Stream for PlainIncoming {
+    type Item = Result<TcpStream, std::io::Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut()
+            .inner
+            .poll_next_with(cx, |listener, (), tx, stats| {
+                tokio::spawn(plain_accept_loop(listener, tx, stats))
+            })
+            .map(|item| item.map(Ok))
+    }
+}
+
+async fn plain_accept_loop(
+    listener: TcpListener,
+    tx: mpsc::Sender<TcpStream>,
+    stats: Arc<AcceptStats>,
+) {
+    let quiet = QuietLog::new();
+    loop {
+        let accepted = tokio::select! {
+            () = tx.closed() => return,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((tcp, _peer)) => {
+                AcceptStats::bump(&stats.accepted);
+                // gRPC messages are small; Nagle only adds latency.
+                let _ = tcp.set_nodelay(true);
+                if tx.send(tcp).await.is_err() {
+                    return;
+                }
+            }
+            Err(err) => on_accept_error(&err, &stats, &quiet).await,
+        }
+    }
+}
+
+async fn tls_accept_loop(
+    listener: TcpListener,
+    setup: TlsSetup,
+    tx: mpsc::Sender<TlsStream<TcpStream>>,
+    stats: Arc<AcceptStats>,
+) {
+    let TlsSetup { tls, limits } = setup;
+    let slots = Arc::new(Semaphore::new(limits.max_handshakes.max(1)));
+    let per_ip: PerIp = Arc::new(Mutex::new(HashMap::new()));
+    let quiet = Arc::new(QuietLog::new());
+    // Owned here so that when this loop ends (stream dropped, task aborted)
+    // every handshake in flight is aborted with it.
+    let mut handshakes = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            () = tx.closed() => return,
+            Some(_) = handshakes.join_next(), if !handshakes.is_empty() => continue,
+            accepted = listener.accept() => accepted,
+        };
+        let (tcp, peer) = match accepted {
+            Ok(pair) => pair,
+            Err(err) => {
+                on_accept_error(&err, &stats, &quiet).await;
+                continue;
+            }
+        };
+        AcceptStats::bump(&stats.accepted);
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            shed(
+                tcp,
+                peer,
+                &stats,
+                &quiet,
+                "connection shed: too many TLS handshakes in flight",
+            );
+            continue;
+        };
+        let Some(ip_slot) = IpSlot::take(&per_ip, peer.ip(), limits.max_handshakes_per_ip) else {
+            shed(
+                tcp,
+                peer,
+                &stats,
+                &quiet,
+                "connection shed: too many TLS handshakes from this address",
+            );
+            continue;
+        };
+        let _ = tcp.set_nodelay(true);
+        let acceptor = tls.acceptor();
+        let tx = tx.clone();
+        let stats = Arc::clone(&stats);
+        let quiet = Arc::clone(&quiet);
+        let timeout = limits.handshake_timeout;
+        handshakes.spawn(async move {
+            let _slots = (slot, ip_slot);
+            let _in_flight = InFlight::enter(&stats);
+            match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
+                Ok(Ok(stream)) => {
+                    AcceptStats::bump(&stats.handshakes_ok);
+                    drop(_in_flight);
+                    // Holding the slots until the server takes the stream
+                    // keeps the number of finished-but-unserved connections
+                    // bounded too.
+                    let _ = tx.send(stream).await;
+                }
+                Ok(Err(err)) => {
+                    AcceptStats::bump(&stats.handshakes_failed);
+                    quiet.debug_err(peer, "TLS handshake failed", &err);
+                }
+                Err(_) => {
+                    AcceptStats::bump(&stats.handshakes_timed_out);
+                    quiet.debug(peer, "TLS handshake timed out");
+                }
+            }
+        });
+    }
+}
+
+/// Closes a connection unanswered. A reset rather than a FIN leaves no
+/// TIME_WAIT socket behind on our side, which matters under a flood.
+fn shed(tcp: TcpStream, peer: SocketAddr, stats: &AcceptStats, quiet: &QuietLog, why: &str) {
+    AcceptStats::bump(&stats.shed);
+    let _ = tcp.set_zero_linger();
+    drop(tcp);
+    quiet.debug(peer, why);
+}
+
+/// Per-connection errors (the peer gave up before we accepted) are routine;
+/// resource exhaustion (EMFILE, ENFILE, ENOBUFS, ENOMEM) would make accept
+/// fail in a hot loop, so back off briefly and say so.
+async fn on_accept_error(err: &std::io::Error, stats: &AcceptStats, quiet: &QuietLog) {
+    AcceptStats::bump(&stats.accept_errors);
+    let per_connection = matches!(
+        err.kind(),
+        std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::Interrupted
+    ) || matches!(err.raw_os_error(), Some(libc::EPROTO | libc::EPERM));
+    if per_connection {
+        return;
+    }
+    if quiet.allow() {
+        tracing::warn!(error = %err, "accept failed; pausing 100 ms");
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+type PerIp = Arc<Mutex<HashMap<IpAddr, usize>>>;
+
+/// One handshake slot of one peer address, given back on drop.
+struct IpSlot {
+    map: PerIp,
+    ip: IpAddr,
+}
+
+impl IpSlot {
+    fn take(map: &PerIp, ip: IpAddr, limit: usize) -> Option<Option<Self>> {
+        if limit == 0 {
+            return Some(None);
+        }
+        // An IPv4 peer on a dual-stack socket arrives as ::ffff:a.b.c.d.
+        let ip = ip.to_canonical();
+        let mut counts = map.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = counts.entry(ip).or_insert(0);
+        if *count >= limit {
+            return None;
+        }
+        *count += 1;
+        Some(Some(Self {
+            map: Arc::clone(map),
+            ip,
+        }))
+    }
+}
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        let mut counts = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = counts.get_mut(&self.ip) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                counts.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// Keeps `in_flight` right however the handshake task ends (aborts too).
+struct InFlight<'a>(&'a AcceptStats);
+
+impl<'a> InFlight<'a> {
+    fn enter(stats: &'a AcceptStats) -> Self {
+        stats.in_flight.fetch_add(1, Ordering::Relaxed);
+        Self(stats)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// At most one log line per second from the accept path, with the number of
+/// lines swallowed since the last one: a flood of garbage must not become a
+/// flood of logs.
+struct QuietLog {
+    origin: Instant,
+    /// Milliseconds since `origin` of the last line, plus one (0 = never).
+    last: AtomicU64,
+    suppressed: AtomicU64,
+}
+
+impl QuietLog {
+    const EVERY_MS: u64 = 1000;
+
+    fn new() -> Self {
+        Self {
+            origin: Instant::now(),
+            last: AtomicU64::new(0),
+            suppressed: AtomicU64::new(0),
+        }
+    }
+
+    fn allow(&self) -> bool {
+        let now = u64::try_from(self.origin.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_add(1);
+        let last = self.last.load(Ordering::Relaxed);
+        let due = last == 0 || now.saturating_sub(last) >= Self::EVERY_MS;
+        if due
+            && self
+                .last
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            return true;
+        }
+        self.suppressed.fetch_add(1, Ordering::Relaxed);
+        false
+    }
+
+    fn debug(&self, peer: SocketAddr, what: &str) {
+        if tracing::enabled!(tracing::Level::DEBUG) && self.allow() {
+            let suppressed = self.suppressed.swap(0, Ordering::Relaxed);
+            tracing::debug!(%peer, suppressed, "{what}");
+        }
+    }
+
+    fn debug_err(&self, peer: SocketAddr, what: &str, err: &std::io::Error) {
+        if tracing::enabled!(tracing::Level::DEBUG) && self.allow() {
+            let suppressed = self.suppressed.swap(0, Ordering::Relaxed);
+            tracing::debug!(%peer, error = %err, suppressed, "{what}");
+        }
+    }
+}

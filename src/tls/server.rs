@@ -1,0 +1,355 @@
+//! The server's TLS configuration, loaded from PEM files and swappable at
+//! run time.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+use tokio_rustls::rustls::server::WebPkiClientVerifier;
+use tokio_rustls::rustls::ServerConfig;
+use tokio_rustls::TlsAcceptor;
+
+use super::error::TlsError;
+use super::pem::{check_pair, parse_certs, parse_key, provider, read_pem_file, root_store};
+
+/// The PEM files the server reads (the `--tls-cert`, `--tls-key` and
+/// `--client-ca` flags).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsPaths {
+    /// Certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// Private key of the leaf (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// CA bundle client certificates must chain to. `None` = no client
+    /// authentication (TLS only, anyone may connect).
+    pub client_ca: Option<PathBuf>,
+}
+
+/// The ALPN protocols offered: gRPC needs HTTP/2, and tonic's client refuses
+/// a server that does not select it.
+const ALPN: &[&[u8]] = &[b"h2"];
+
+/// A reloadable rustls server configuration. Cheap to clone (shared).
+///
+/// Each new connection takes the configuration current at its accept, so a
+/// reload affects new connections only; established ones keep theirs.
+#[derive(Clone)]
+pub struct ServerTls {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    paths: TlsPaths,
+    current: RwLock<Arc<ServerConfig>>,
+    generation: AtomicU64,
+    /// The files' identities as of the last load attempt (good or bad), so
+    /// the poller retries only after something changed again and a broken
+    /// file is reported once, not every poll.
+    seen: Mutex<Stamps>,
+    /// Serialises reloads so two racing ones cannot install an older read.
+    reloading: Mutex<()>,
+}
+
+impl std::fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerTls")
+            .field("paths", &self.inner.paths)
+            .field("generation", &self.generation())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServerTls {
+    /// Reads and checks the files; fails with a one-line error naming the
+    /// file at fault.
+    pub fn load(paths: TlsPaths) -> Result<Self, TlsError> {
+        let stamps = Stamps::of(&paths);
+        let config = build_config(&paths)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                paths,
+                current: RwLock::new(Arc::new(config)),
+                generation: AtomicU64::new(1),
+                seen: Mutex::new(stamps),
+                reloading: Mutex::new(()),
+            }),
+        })
+    }
+
+    /// Re-reads the files and, if they are good, swaps the configuration in.
+    /// On error the previous configuration stays in force.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let _one_at_a_time = self
+            .inner
+            .reloading
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Stat before reading: a write landing in between then shows up as a
+        // change on the next poll and is loaded again, never missed.
+        let stamps = Stamps::of(&self.inner.paths);
+        *self
+            .inner
+            .seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = stamps;
+        let config = build_config(&self.inner.paths)?;
+        *self
+            .inner
+            .current
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
+        let generation = self.inner.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        tracing::info!(
+            cert = %self.inner.paths.cert.display(),
+            generation,
+            "TLS configuration reloaded"
+        );
+        Ok(())
+    }
+
+    /// Reloads if any of the files changed (identity, size, mtime or ctime)
+    /// since the last attempt. `Ok(true)` = reloaded.
+    pub fn reload_if_changed(&self) -> Result<bool, TlsError> {
+        let now = Stamps::of(&self.inner.paths);
+        let unchanged = *self
+            .inner
+            .seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            == now;
+        if unchanged {
+            return Ok(false);
+        }
+        self.reload().map(|()| true)
+    }
+
+    /// The configuration in force now.
+    pub fn config(&self) -> Arc<ServerConfig> {
+        Arc::clone(
+            &self
+                .inner
+                .current
+                .read()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
+    }
+
+    /// An acceptor over the configuration in force now.
+    pub fn acceptor(&self) -> TlsAcceptor {
+        TlsAcceptor::from(self.config())
+    }
+
+    /// The files this configuration is read from.
+    pub fn paths(&self) -> &TlsPaths {
+        &self.inner.paths
+    }
+
+    /// Whether clients must present a certificate (a client CA is set).
+    pub fn requires_client_cert(&self) -> bool {
+        self.inner.paths.client_ca.is_some()
+    }
+
+    /// 1 after `load`, +1 per successful reload.
+    pub fn generation(&self) -> u64 {
+        self.inner.generation.load(Ordering::Acquire)
+    }
+
+    /// Starts a task that reloads on SIGHUP and whenever the files change.
+    ///
+    /// Must be called inside a tokio runtime (an error otherwise). Reloading
+    /// stops when the returned [`Reloader`] is dropped. Failed reloads are
+    /// logged at warn and the previous configuration stays in force.
+    pub fn spawn_reloader(&self, options: ReloadOptions) -> Result<Reloader, TlsError> {
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| TlsError::Reloader("not inside a tokio runtime".to_string()))?;
+        // Register the handler before returning: a SIGHUP sent right after
+        // this call must be seen, and must not take the default action
+        // (terminating the process).
+        let hangup = if options.sighup {
+            let _entered = runtime.enter();
+            Some(
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+                    .map_err(|e| TlsError::Reloader(format!("cannot listen for SIGHUP: {e}")))?,
+            )
+        } else {
+            None
+        };
+        let poll = options.poll_interval.filter(|d| !d.is_zero());
+        let tls = self.clone();
+        let task = runtime.spawn(reload_loop(tls, hangup, poll));
+        Ok(Reloader { task })
+    }
+}
+
+/// How [`ServerTls::spawn_reloader`] notices new files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReloadOptions {
+    /// How often to stat the files; `None` or zero disables polling.
+    pub poll_interval: Option<Duration>,
+    /// Reload (unconditionally) on SIGHUP.
+    pub sighup: bool,
+}
+
+impl Default for ReloadOptions {
+    fn default() -> Self {
+        Self {
+            poll_interval: Some(Duration::from_secs(5)),
+            sighup: true,
+        }
+    }
+}
+
+/// The running reloader; dropping it stops reloading.
+#[must_use = "dropping the Reloader stops certificate reloading"]
+#[derive(Debug)]
+pub struct Reloader {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Reloader {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn reload_loop(
+    tls: ServerTls,
+    mut hangup: Option<tokio::signal::unix::Signal>,
+    poll: Option<Duration>,
+) {
+    let mut ticker = poll.map(|period| {
+        let mut t = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        t
+    });
+    loop {
+        if hangup.is_none() && ticker.is_none() {
+            return;
+        }
+        let forced = tokio::select! {
+            got = next_hangup(&mut hangup) => {
+                if !got {
+                    // The signal stream ended (runtime shutting down).
+                    hangup = None;
+                    continue;
+                }
+                true
+            }
+            () = next_tick(&mut ticker) => false,
+        };
+        let tls = tls.clone();
+        // File reads are blocking; keep them off the async workers.
+        let outcome = tokio::task::spawn_blocking(move || {
+            if forced {
+                tls.reload().map(|()| true)
+            } else {
+                tls.reload_if_changed()
+            }
+        })
+        .await;
+        match outcome {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => {
+                tracing::warn!(error = %err, "TLS reload failed; keeping the previous certificate")
+            }
+            Err(err) => tracing::warn!(error = %err, "TLS reload task failed"),
+        }
+    }
+}
+
+async fn next_hangup(hangup: &mut Option<tokio::signal::unix::Signal>) -> bool {
+    match hangup {
+        Some(signal) => signal.recv().await.is_some(),
+        None => std::future::pending().await,
+    }
+}
+
+async fn next_tick(ticker: &mut Option<tokio::time::Interval>) {
+    match ticker {
+        Some(t) => {
+            t.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+fn build_config(paths: &TlsPaths) -> Result<ServerConfig, TlsError> {
+    let provider = provider();
+    let cert_pem = read_pem_file("TLS certificate", &paths.cert)?;
+    let certs = parse_certs("TLS certificate", &paths.cert, &cert_pem)?;
+    let key_pem = read_pem_file("TLS key", &paths.key)?;
+    let key = parse_key("TLS key", &paths.key, &key_pem)?;
+    check_pair(
+        &provider,
+        certs.clone(),
+        key.clone_key(),
+        &paths.cert,
+        &paths.key,
+    )?;
+
+    let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let builder = match &paths.client_ca {
+        Some(ca_path) => {
+            let ca_pem = read_pem_file("client CA", ca_path)?;
+            let roots = root_store(ca_path, parse_certs("client CA", ca_path, &ca_pem)?)?;
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(&provider))
+                    .build()
+                    .map_err(|e| TlsError::BadCa {
+                        path: ca_path.clone(),
+                        reason: e.to_string(),
+                    })?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
+    Ok(config)
+}
+
+/// What identifies one version of a file without reading it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+/// Stamps of cert, key and CA; `None` where the stat failed (a missing file
+/// is a state too: its reappearance is a change).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamps(Vec<Option<Stamp>>);
+
+impl Stamps {
+    fn of(paths: &TlsPaths) -> Self {
+        let mut files: Vec<&Path> = vec![&paths.cert, &paths.key];
+        if let Some(ca) = &paths.client_ca {
+            files.push(ca);
+        }
+        Stamps(
+            files
+                .into_iter()
+                // metadata() follows symlinks, so a Kubernetes-style
+                // "..data" symlink swap shows up as a new inode.
+                .map(|p| {
+                    std::fs::metadata(p).ok().map(|m| Stamp {
+                        dev: m.dev(),
+                        ino: m.ino(),
+                        size: m.size(),
+                        mtime: (m.mtime(), m.mtime_nsec()),
+                        ctime: (m.ctime(), m.ctime_nsec()),
+                    })
+                })
+                .collect(),
+        )
+    }
+}
