@@ -1,0 +1,551 @@
+//! What `check` prints: the table (one row per node, sorted by name), the
+//! one-line summary, the JSON document, and the progress of `--wait`.
+//!
+//! Every string that came from an agent goes through [`clean`] before it
+//! reaches a terminal: an agent is a remote party, and escape sequences in
+//! its messages must not repaint the operator's screen.
+
+use std::{
+    fmt::Write as _,
+    io::{self, Write},
+    time::Duration,
+};
+
+use serde_json::{json, Value};
+
+use super::{
+    client::{Answer, AskError, NodeResult},
+    nodes::natural_cmp,
+    wait::{Change, Counts},
+};
+use crate::{
+    proto::v1::{DesiredState, Finding, Verdict},
+    report::{find_sysctl, outcome_word, readiness_word, sysctl_display},
+};
+
+/// The sysctl whose value the table shows.
+pub const USERNS_LIMIT: &str = "user.max_user_namespaces";
+
+/// At most this many non-converged nodes are named in the summary line.
+const SUMMARY_NODES: usize = 3;
+
+/// Replaces control characters (escape sequences included) with `?` and
+/// line breaks with spaces, so a cell stays one line and harmless.
+pub fn clean(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            '\n' | '\r' | '\t' => ' ',
+            c if c.is_control() => '?',
+            c => c,
+        })
+        .collect()
+}
+
+/// Like [`clean`] but keeps line breaks (for multi-line report text).
+fn clean_text(s: &str) -> String {
+    s.lines().map(clean).collect::<Vec<_>>().join("\n")
+}
+
+/// The finding a person should read first: the first blocking one, else
+/// the first informational one.
+pub fn first_finding(v: &Verdict) -> Option<&Finding> {
+    v.findings
+        .iter()
+        .find(|f| f.blocking)
+        .or_else(|| v.findings.first())
+}
+
+/// Why a node is where it is, in plain words (empty when converged with
+/// nothing to say).
+pub fn node_reason(outcome: &Result<Answer, AskError>) -> String {
+    match outcome {
+        Ok(a) => match first_finding(&a.verdict) {
+            Some(f) if !f.blocking => format!("(note) {}", clean(&f.message)),
+            Some(f) => clean(&f.message),
+            None if a.verdict.converged => String::new(),
+            None => "not converged (the agent gave no finding)".into(),
+        },
+        Err(e) => clean(&e.to_string()),
+    }
+}
+
+/// Sorts rows by node name (digit runs by value), then address.
+pub fn sort_results(results: &mut [NodeResult]) {
+    results.sort_by(|a, b| {
+        natural_cmp(&a.node.name, &b.node.name)
+            .then_with(|| natural_cmp(&a.node.address_display(), &b.node.address_display()))
+    });
+}
+
+/// True when the pool converged: at least one node, at least `expected`
+/// nodes, every one converged.
+pub fn pool_converged(results: &[NodeResult], expected: Option<usize>) -> bool {
+    !results.is_empty()
+        && results.len() >= expected.unwrap_or(0)
+        && results.iter().all(NodeResult::converged)
+}
+
+fn converged_word(r: &NodeResult) -> &'static str {
+    match &r.outcome {
+        Ok(a) if a.verdict.converged => "yes",
+        Ok(_) => "no",
+        Err(AskError::NoAnswerYet) => "waiting",
+        Err(_) => "unreachable",
+    }
+}
+
+/// The table: one row per node, in the order given (see [`sort_results`]).
+pub fn table(results: &[NodeResult]) -> String {
+    let header = [
+        "NODE",
+        "ADDRESS",
+        "CONVERGED",
+        "USERNS LIMIT",
+        "USERNS PROBE",
+        "GVISOR",
+        "FINDING",
+    ];
+    let rows: Vec<[String; 7]> = results
+        .iter()
+        .map(|r| {
+            let (limit, probe, gvisor) = match &r.outcome {
+                Ok(a) => (
+                    find_sysctl(&a.report, USERNS_LIMIT)
+                        .map_or_else(|| "-".to_string(), |s| clean(&sysctl_display(s))),
+                    outcome_word(
+                        a.report
+                            .user_namespaces
+                            .as_ref()
+                            .and_then(|u| u.userns_create.as_ref()),
+                    )
+                    .to_string(),
+                    readiness_word(a.report.gvisor.as_ref()).to_string(),
+                ),
+                Err(_) => ("-".into(), "-".into(), "-".into()),
+            };
+            let mut reason = node_reason(&r.outcome);
+            if r.boot_id_changes > 0 {
+                let note = format!("(rebooted {}x while watched)", r.boot_id_changes);
+                reason = if reason.is_empty() {
+                    note
+                } else {
+                    format!("{reason} {note}")
+                };
+            }
+            [
+                clean(&r.node.name),
+                r.node.address_display(),
+                converged_word(r).to_string(),
+                limit,
+                probe,
+                gvisor,
+                if reason.is_empty() {
+                    "-".into()
+                } else {
+                    reason
+                },
+            ]
+        })
+        .collect();
+    let mut widths = header.map(|h| h.chars().count());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &[String]| {
+        let last = cells.len().saturating_sub(1);
+        let mut l = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            if i == last {
+                l.push_str(cell);
+            } else {
+                let _ = write!(l, "{cell:<w$}  ");
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(&header.map(String::from));
+    for row in &rows {
+        line(row);
+    }
+    out
+}
+
+/// One line: "9/10 converged; node-3: user.max_user_namespaces is 0, expected 11255".
+pub fn summary(results: &[NodeResult], expected: Option<usize>) -> String {
+    let total = results.len();
+    let converged = results.iter().filter(|r| r.converged()).count();
+    let mut s = format!("{converged}/{total} converged");
+    let off: Vec<&NodeResult> = results.iter().filter(|r| !r.converged()).collect();
+    for r in off.iter().take(SUMMARY_NODES) {
+        let _ = write!(s, "; {}: {}", clean(&r.node.name), node_reason(&r.outcome));
+    }
+    if off.len() > SUMMARY_NODES {
+        let _ = write!(s, "; and {} more", off.len() - SUMMARY_NODES);
+    }
+    match expected {
+        Some(n) if total < n => {
+            let _ = write!(s, "; expected {n} nodes, {total} found");
+        }
+        _ if total == 0 => s.push_str("; no nodes"),
+        _ => {}
+    }
+    s
+}
+
+/// The full reports, one block per node, with their verdicts.
+pub fn reports_text(results: &[NodeResult]) -> String {
+    let mut out = String::new();
+    for r in results {
+        let _ = writeln!(
+            out,
+            "\n== {} ({}) ==",
+            clean(&r.node.name),
+            r.node.address_display()
+        );
+        match &r.outcome {
+            Ok(a) => {
+                out.push_str(&clean_text(&crate::output::report_table(&a.report)));
+                out.push('\n');
+                out.push_str(&clean_text(&crate::output::verdict_table(&a.verdict)));
+                out.push('\n');
+            }
+            Err(e) => {
+                let _ = writeln!(out, "{}", clean(&e.to_string()));
+            }
+        }
+    }
+    out
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Value {
+    // The generated types always serialize; Null only if that ever changed.
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+/// The `-o json` document: the pool verdict, the summary line, and per
+/// node its verdict and report (proto3 JSON mapping) or its error.
+pub fn json_document(
+    results: &[NodeResult],
+    desired: &DesiredState,
+    expected: Option<usize>,
+    elapsed: Duration,
+) -> Value {
+    let converged = results.iter().filter(|r| r.converged()).count();
+    let unreachable = results.iter().filter(|r| r.outcome.is_err()).count();
+    let nodes: Vec<Value> = results
+        .iter()
+        .map(|r| {
+            let (verdict, report, error) = match &r.outcome {
+                Ok(a) => (to_json(&a.verdict), to_json(&a.report), Value::Null),
+                Err(e) => (
+                    Value::Null,
+                    Value::Null,
+                    json!({"kind": e.kind(), "message": e.to_string()}),
+                ),
+            };
+            json!({
+                "name": r.node.name,
+                "address": r.node.address.as_ref().map(ToString::to_string),
+                "converged": r.converged(),
+                "reason": node_reason(&r.outcome),
+                "verdict": verdict,
+                "report": report,
+                "error": error,
+                "elapsedMs": u64::try_from(r.elapsed.as_millis()).unwrap_or(u64::MAX),
+                "bootIdChanges": r.boot_id_changes,
+            })
+        })
+        .collect();
+    json!({
+        "converged": pool_converged(results, expected),
+        "summary": summary(results, expected),
+        "nodesTotal": results.len(),
+        "nodesConverged": converged,
+        "nodesUnreachable": unreachable,
+        "expectedNodes": expected,
+        "elapsedMs": u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+        "desired": to_json(desired),
+        "nodes": nodes,
+    })
+}
+
+/// Progress of `--wait` on stderr: on a terminal one redrawn line with
+/// changes printed above it; otherwise one plain line per change.
+#[derive(Debug)]
+pub struct Progress {
+    tty: bool,
+    drawn: bool,
+}
+
+impl Progress {
+    pub fn new(tty: bool) -> Self {
+        Progress { tty, drawn: false }
+    }
+
+    fn line(counts: Counts, expected: Option<usize>, elapsed: Duration) -> String {
+        let mut s = format!("converged {}/{}", counts.converged, counts.total);
+        if let Some(n) = expected.filter(|&n| n > counts.total) {
+            let _ = write!(s, " (expecting {n})");
+        }
+        let _ = write!(
+            s,
+            ", unreachable {}, waiting {}, elapsed {}s",
+            counts.unreachable,
+            counts.waiting,
+            elapsed.as_secs()
+        );
+        s
+    }
+
+    fn clear(&mut self, err: &mut impl Write) {
+        if self.tty && self.drawn {
+            let _ = write!(err, "\r\x1b[2K");
+            self.drawn = false;
+        }
+    }
+
+    /// Prints what changed (agent text cleaned).
+    pub fn changes(&mut self, changes: &[Change], elapsed: Duration) {
+        if changes.is_empty() {
+            return;
+        }
+        let mut err = io::stderr().lock();
+        self.clear(&mut err);
+        for c in changes {
+            let _ = writeln!(
+                err,
+                "[{:>5.1}s] {}",
+                elapsed.as_secs_f64(),
+                clean(&c.to_string())
+            );
+        }
+    }
+
+    /// Prints one line of our own (not from an agent).
+    pub fn note(&mut self, line: &str, elapsed: Duration) {
+        let mut err = io::stderr().lock();
+        self.clear(&mut err);
+        let _ = writeln!(err, "[{:>5.1}s] {}", elapsed.as_secs_f64(), clean(line));
+    }
+
+    /// Redraws the progress line (terminal only; plain output prints
+    /// changes, not ticks, so logs do not fill with counters).
+    pub fn tick(&mut self, counts: Counts, expected: Option<usize>, elapsed: Duration) {
+        if !self.tty {
+            return;
+        }
+        let mut err = io::stderr().lock();
+        self.clear(&mut err);
+        let _ = write!(err, "{}", Self::line(counts, expected, elapsed));
+        let _ = err.flush();
+        self.drawn = true;
+    }
+
+    /// Leaves the terminal on a fresh line.
+    pub fn finish(&mut self) {
+        let mut err = io::stderr().lock();
+        self.clear(&mut err);
+        let _ = err.flush();
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::{
+        fleet::nodes::parse_entry,
+        proto::v1::{
+            GvisorReadiness, Probe, ProbeOutcome, Report, Sysctl, SysctlState, UserNamespaces,
+        },
+    };
+
+    fn result(name: &str, limit: &str, outcome: Result<(), AskError>) -> NodeResult {
+        let mut node = parse_entry("127.0.0.1:50101", 1).unwrap();
+        node.name = name.into();
+        let outcome = outcome.map(|()| {
+            let ok = limit == "11255";
+            Answer {
+                verdict: Verdict {
+                    converged: ok,
+                    findings: if ok {
+                        vec![]
+                    } else {
+                        vec![Finding {
+                            code: "SYSCTL_MISMATCH".into(),
+                            message: format!("{USERNS_LIMIT} is {limit}, expected 11255"),
+                            blocking: true,
+                            ..Finding::default()
+                        }]
+                    },
+                },
+                report: Report {
+                    user_namespaces: Some(UserNamespaces {
+                        sysctls: vec![Sysctl {
+                            name: USERNS_LIMIT.into(),
+                            state: SysctlState::Present as i32,
+                            value: limit.into(),
+                            error: String::new(),
+                        }],
+                        userns_create: Some(Probe {
+                            outcome: if ok {
+                                ProbeOutcome::Passed
+                            } else {
+                                ProbeOutcome::Failed
+                            } as i32,
+                            ..Probe::default()
+                        }),
+                        ..UserNamespaces::default()
+                    }),
+                    gvisor: Some(crate::proto::v1::Gvisor {
+                        readiness: GvisorReadiness::NotInstalled as i32,
+                        ..Default::default()
+                    }),
+                    ..Report::default()
+                },
+            }
+        });
+        NodeResult {
+            node,
+            outcome,
+            elapsed: Duration::from_millis(3),
+            boot_id_changes: 0,
+        }
+    }
+
+    #[test]
+    fn table_rows_are_sorted_and_say_why() {
+        let mut rs = vec![
+            result("node-10", "11255", Ok(())),
+            result("node-3", "0", Ok(())),
+            result("node-2", "", Err(AskError::Refused)),
+        ];
+        sort_results(&mut rs);
+        let t = table(&rs);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 4);
+        assert!(lines[0].starts_with("NODE "), "{t}");
+        // Every cell starts where its header does.
+        let cols: Vec<usize> = [
+            "ADDRESS",
+            "CONVERGED",
+            "USERNS LIMIT",
+            "USERNS PROBE",
+            "GVISOR",
+            "FINDING",
+        ]
+        .iter()
+        .map(|h| lines[0].find(h).unwrap())
+        .collect();
+        let cell = |line: &str, i: usize| -> String {
+            let end = cols
+                .get(i + 1)
+                .copied()
+                .unwrap_or(line.len())
+                .min(line.len());
+            line[cols[i]..end].trim().to_string()
+        };
+        let row = |l: &str| (0..cols.len()).map(|i| cell(l, i)).collect::<Vec<_>>();
+        assert!(lines[1].starts_with("node-2 "), "{t}");
+        assert_eq!(
+            row(lines[1]),
+            [
+                "127.0.0.1:50101",
+                "unreachable",
+                "-",
+                "-",
+                "-",
+                "connection refused"
+            ]
+        );
+        assert!(lines[2].starts_with("node-3 "), "{t}");
+        assert_eq!(
+            row(lines[2]),
+            [
+                "127.0.0.1:50101",
+                "no",
+                "0",
+                "failed",
+                "NOT_INSTALLED",
+                "user.max_user_namespaces is 0, expected 11255"
+            ]
+        );
+        assert!(lines[3].starts_with("node-10 "), "{t}");
+        assert_eq!(
+            row(lines[3]),
+            [
+                "127.0.0.1:50101",
+                "yes",
+                "11255",
+                "passed",
+                "NOT_INSTALLED",
+                "-"
+            ]
+        );
+        assert_eq!(
+            summary(&rs, None),
+            "1/3 converged; node-2: connection refused; node-3: user.max_user_namespaces is 0, expected 11255"
+        );
+        assert!(!pool_converged(&rs, None));
+    }
+
+    #[test]
+    fn summary_counts_and_expected_nodes() {
+        let all: Vec<_> = (0..5)
+            .map(|i| result(&format!("n{i}"), "11255", Ok(())))
+            .collect();
+        assert_eq!(summary(&all, None), "5/5 converged");
+        assert!(pool_converged(&all, Some(5)));
+        assert!(!pool_converged(&all, Some(6)));
+        assert_eq!(
+            summary(&all, Some(6)),
+            "5/5 converged; expected 6 nodes, 5 found"
+        );
+        assert_eq!(summary(&[], None), "0/0 converged; no nodes");
+        assert!(!pool_converged(&[], None));
+        let bad: Vec<_> = (0..5)
+            .map(|i| result(&format!("n{i}"), "0", Ok(())))
+            .collect();
+        assert!(summary(&bad, None).ends_with("; and 2 more"));
+    }
+
+    #[test]
+    fn agent_text_cannot_paint_the_terminal() {
+        let mut r = result("n", "0", Ok(()));
+        if let Ok(a) = r.outcome.as_mut() {
+            a.verdict.findings[0].message = "evil\x1b[2J\nline".into();
+        }
+        let t = table(std::slice::from_ref(&r));
+        assert!(!t.contains('\x1b') && t.contains("evil?[2J line"), "{t}");
+        assert!(!summary(std::slice::from_ref(&r), None).contains('\x1b'));
+    }
+
+    #[test]
+    fn json_document_shape() {
+        let rs = vec![
+            result("a", "11255", Ok(())),
+            result("b", "", Err(AskError::NoAnswer(Duration::from_secs(5)))),
+        ];
+        let v = json_document(
+            &rs,
+            &DesiredState::default(),
+            Some(2),
+            Duration::from_millis(7),
+        );
+        assert_eq!(v["converged"], false);
+        assert_eq!(v["nodesTotal"], 2);
+        assert_eq!(v["nodesConverged"], 1);
+        assert_eq!(v["nodesUnreachable"], 1);
+        assert_eq!(v["nodes"][0]["verdict"]["converged"], true);
+        assert_eq!(
+            v["nodes"][0]["report"]["userNamespaces"]["sysctls"][0]["value"],
+            "11255"
+        );
+        assert_eq!(v["nodes"][1]["error"]["kind"], "deadline");
+        assert!(v["nodes"][1]["report"].is_null());
+    }
+}

@@ -1,0 +1,733 @@
+//! Following a rollout: one `Watch` stream per node, every report judged
+//! again here, reconnects with backoff and jitter, boot-id changes noted.
+//!
+//! [`PoolWatch`] owns the streams and the pool's state; a controller calls
+//! [`PoolWatch::set_nodes`] whenever its node set changes and
+//! [`PoolWatch::next`] to learn what changed. [`PoolState`] is the pure
+//! part: events in, [`Change`]s and per-node results out.
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    fmt,
+    sync::Arc,
+    time::Duration,
+};
+
+use tokio::{
+    sync::mpsc,
+    task::AbortHandle,
+    time::{timeout, timeout_at, Instant},
+};
+
+use super::{
+    client::{fmt_duration, status_error, Answer, AskError, Client, NodeResult},
+    nodes::Node,
+    output::{first_finding, node_reason},
+};
+use crate::proto::v1::{
+    readiness_service_client::ReadinessServiceClient, DesiredState, WatchRequest, WatchResponse,
+};
+
+/// How watch streams are kept.
+#[derive(Debug, Clone)]
+pub struct WatchOptions {
+    /// First reconnect delay; doubles per failed attempt up to `backoff_max`.
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+    /// A stream with no message (report or heartbeat) for this long is
+    /// considered dead and reconnected. The agent's default heartbeat is
+    /// 30 s, so the default allows three missed heartbeats.
+    pub idle_timeout: Duration,
+    /// HTTP/2 pings on watch connections, so a machine that vanished
+    /// without closing TCP is noticed within ping + `--timeout`.
+    pub keepalive: Duration,
+}
+
+impl Default for WatchOptions {
+    fn default() -> Self {
+        WatchOptions {
+            backoff_min: Duration::from_millis(250),
+            backoff_max: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(95),
+            keepalive: Duration::from_secs(15),
+        }
+    }
+}
+
+/// The delay before reconnect attempt `attempt` (1-based): exponential,
+/// capped, then "equal jitter" (half fixed, half random) so a thousand
+/// watchers that lost the same agent pool do not reconnect in lockstep.
+pub fn backoff(attempt: u32, opts: &WatchOptions) -> Duration {
+    let exp = attempt.saturating_sub(1).min(20);
+    let base = opts
+        .backoff_min
+        .saturating_mul(1u32 << exp)
+        .min(opts.backoff_max);
+    let half = base / 2;
+    let jitter_ms = u64::try_from(half.as_millis()).unwrap_or(u64::MAX);
+    half + Duration::from_millis(fastrand::u64(0..=jitter_ms))
+}
+
+/// What a watcher task reports.
+#[derive(Debug, Clone)]
+pub struct Event {
+    key: String,
+    epoch: u64,
+    kind: EventKind,
+}
+
+#[derive(Debug, Clone)]
+enum EventKind {
+    Answer(Box<Answer>),
+    Failed {
+        error: AskError,
+        retry_in: Option<Duration>,
+    },
+}
+
+/// Where a node stands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeStatus {
+    /// Watched, nothing heard yet.
+    Waiting,
+    Answered(Box<Answer>),
+    Failed {
+        error: AskError,
+        /// `None` when the watcher gave up (nothing can change without a new node set).
+        retry_in: Option<Duration>,
+    },
+}
+
+/// One node of the pool.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub node: Node,
+    pub status: NodeStatus,
+    /// The last boot id seen.
+    pub boot_id: Option<String>,
+    pub boot_id_changes: u32,
+    /// When the status was last set, from the start of the watch.
+    pub updated: Duration,
+    epoch: u64,
+}
+
+/// Something a person (or a controller) may want to hear about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    Added {
+        name: String,
+        address: String,
+    },
+    Removed {
+        name: String,
+    },
+    Converged {
+        name: String,
+    },
+    NotConverged {
+        name: String,
+        reason: String,
+    },
+    Unreachable {
+        name: String,
+        error: String,
+        retry_in: Option<Duration>,
+    },
+    BootIdChanged {
+        name: String,
+        old: String,
+        new: String,
+    },
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Change::Added { name, address } => write!(f, "{name}: added ({address})"),
+            Change::Removed { name } => write!(f, "{name}: removed (no longer listed)"),
+            Change::Converged { name } => write!(f, "{name}: converged"),
+            Change::NotConverged { name, reason } => write!(f, "{name}: not converged: {reason}"),
+            Change::Unreachable {
+                name,
+                error,
+                retry_in: Some(d),
+            } => write!(f, "{name}: {error} (retrying in {})", fmt_duration(*d)),
+            Change::Unreachable {
+                name,
+                error,
+                retry_in: None,
+            } => write!(f, "{name}: {error}"),
+            Change::BootIdChanged { name, old, new } => write!(
+                f,
+                "{name}: boot id changed {} → {} (rebooted or replaced)",
+                short(old),
+                short(new)
+            ),
+        }
+    }
+}
+
+fn short(id: &str) -> String {
+    id.chars().take(8).collect()
+}
+
+/// Counts for the progress line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub total: usize,
+    pub converged: usize,
+    pub unreachable: usize,
+    pub waiting: usize,
+}
+
+/// The pool as the watchers last saw it. Pure: no I/O, no clock reads
+/// except through the `now` given.
+#[derive(Debug)]
+pub struct PoolState {
+    started: Instant,
+    entries: BTreeMap<String, Entry>,
+}
+
+impl PoolState {
+    pub fn new(started: Instant) -> Self {
+        PoolState {
+            started,
+            entries: BTreeMap::new(),
+        }
+    }
+
+    fn add(&mut self, key: String, node: Node, epoch: u64, now: Instant) -> Change {
+        let change = Change::Added {
+            name: node.name.clone(),
+            address: node.address_display(),
+        };
+        self.entries.insert(
+            key,
+            Entry {
+                node,
+                status: NodeStatus::Waiting,
+                boot_id: None,
+                boot_id_changes: 0,
+                updated: now.saturating_duration_since(self.started),
+                epoch,
+            },
+        );
+        change
+    }
+
+    fn remove(&mut self, key: &str) -> Option<Change> {
+        self.entries
+            .remove(key)
+            .map(|e| Change::Removed { name: e.node.name })
+    }
+
+    /// Applies one watcher event; events from a watcher since replaced (an
+    /// older epoch) or removed are ignored.
+    pub fn apply(&mut self, ev: Event, now: Instant) -> Vec<Change> {
+        let since = now.saturating_duration_since(self.started);
+        let Some(entry) = self
+            .entries
+            .get_mut(&ev.key)
+            .filter(|e| e.epoch == ev.epoch)
+        else {
+            return Vec::new();
+        };
+        let name = entry.node.name.clone();
+        let mut changes = Vec::new();
+        match ev.kind {
+            EventKind::Answer(answer) => {
+                let boot = answer.boot_id().to_string();
+                if !boot.is_empty() {
+                    if let Some(old) = entry.boot_id.as_ref().filter(|old| **old != boot) {
+                        changes.push(Change::BootIdChanged {
+                            name: name.clone(),
+                            old: old.clone(),
+                            new: boot.clone(),
+                        });
+                        entry.boot_id_changes += 1;
+                    }
+                    entry.boot_id = Some(boot);
+                }
+                let line = |a: &Answer| {
+                    (
+                        a.verdict.converged,
+                        first_finding(&a.verdict).map(|f| f.message.clone()),
+                    )
+                };
+                let before = match &entry.status {
+                    NodeStatus::Answered(a) => Some(line(a)),
+                    _ => None,
+                };
+                let after = line(&answer);
+                if before.as_ref() != Some(&after) {
+                    changes.push(if answer.verdict.converged {
+                        Change::Converged { name }
+                    } else {
+                        Change::NotConverged {
+                            name,
+                            reason: node_reason(&Ok(answer.as_ref().clone())),
+                        }
+                    });
+                }
+                if before.is_none() || before.as_ref() != Some(&after) {
+                    entry.updated = since;
+                }
+                entry.status = NodeStatus::Answered(answer);
+            }
+            EventKind::Failed { error, retry_in } => {
+                let repeated =
+                    matches!(&entry.status, NodeStatus::Failed { error: e, .. } if *e == error);
+                if !repeated {
+                    changes.push(Change::Unreachable {
+                        name,
+                        error: error.to_string(),
+                        retry_in,
+                    });
+                    entry.updated = since;
+                }
+                entry.status = NodeStatus::Failed { error, retry_in };
+            }
+        }
+        changes
+    }
+
+    pub fn counts(&self) -> Counts {
+        let mut c = Counts {
+            total: self.entries.len(),
+            ..Counts::default()
+        };
+        for e in self.entries.values() {
+            match &e.status {
+                NodeStatus::Waiting => c.waiting += 1,
+                NodeStatus::Answered(a) if a.verdict.converged => c.converged += 1,
+                NodeStatus::Answered(_) => {}
+                NodeStatus::Failed { .. } => c.unreachable += 1,
+            }
+        }
+        c
+    }
+
+    /// True when there is at least one node and every node's latest report
+    /// converged. A node whose stream broke counts as not converged until
+    /// it answers again: its last answer may describe a machine now gone.
+    pub fn all_converged(&self) -> bool {
+        let c = self.counts();
+        c.total > 0 && c.converged == c.total
+    }
+
+    pub fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.values()
+    }
+
+    /// One result per node, as [`Client::check_nodes`] would give.
+    pub fn results(&self) -> Vec<NodeResult> {
+        self.entries
+            .values()
+            .map(|e| NodeResult {
+                node: e.node.clone(),
+                outcome: match &e.status {
+                    NodeStatus::Waiting => Err(AskError::NoAnswerYet),
+                    NodeStatus::Answered(a) => Ok(a.as_ref().clone()),
+                    NodeStatus::Failed { error, .. } => Err(error.clone()),
+                },
+                elapsed: e.updated,
+                boot_id_changes: e.boot_id_changes,
+            })
+            .collect()
+    }
+}
+
+/// Watch streams to a changing set of nodes, and the pool's state.
+///
+/// ```no_run
+/// # async fn f(nodes: Vec<sandbox_readiness::fleet::nodes::Node>, desired: sandbox_readiness::proto::v1::DesiredState) {
+/// use sandbox_readiness::fleet::{client::{Client, ClientOptions}, wait::{PoolWatch, WatchOptions}};
+/// let mut w = PoolWatch::new(Client::new(ClientOptions::default()), desired, WatchOptions::default());
+/// w.set_nodes(&nodes);
+/// while !w.state().all_converged() {
+///     for change in w.next().await {
+///         println!("{change}");
+///     }
+/// }
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct PoolWatch {
+    client: Client,
+    desired: Arc<DesiredState>,
+    opts: WatchOptions,
+    tx: mpsc::Sender<Event>,
+    rx: mpsc::Receiver<Event>,
+    tasks: HashMap<String, AbortHandle>,
+    next_epoch: u64,
+    state: PoolState,
+}
+
+impl PoolWatch {
+    pub fn new(client: Client, desired: DesiredState, opts: WatchOptions) -> Self {
+        let (tx, rx) = mpsc::channel(1024);
+        PoolWatch {
+            client,
+            desired: Arc::new(desired),
+            opts,
+            tx,
+            rx,
+            tasks: HashMap::new(),
+            next_epoch: 0,
+            state: PoolState::new(Instant::now()),
+        }
+    }
+
+    /// A node is the same node while both its label and its address are:
+    /// a machine replaced under the same IP with a new name is a new node.
+    fn key(node: &Node) -> String {
+        format!("{}@{}", node.name, node.key())
+    }
+
+    /// Follows exactly `nodes` from now on: new ones get a watcher, ones no
+    /// longer listed are dropped. Returns what changed.
+    pub fn set_nodes(&mut self, nodes: &[Node]) -> Vec<Change> {
+        let now = Instant::now();
+        let wanted: HashMap<String, &Node> = nodes.iter().map(|n| (Self::key(n), n)).collect();
+        let mut changes = Vec::new();
+        let gone: Vec<String> = self
+            .tasks
+            .keys()
+            .filter(|k| !wanted.contains_key(*k))
+            .cloned()
+            .collect();
+        for key in gone {
+            if let Some(t) = self.tasks.remove(&key) {
+                t.abort();
+            }
+            changes.extend(self.state.remove(&key));
+        }
+        let mut added: Vec<(&String, &&Node)> = wanted
+            .iter()
+            .filter(|(k, _)| !self.tasks.contains_key(*k))
+            .collect();
+        added.sort_by(|a, b| super::nodes::natural_cmp(&a.1.name, &b.1.name));
+        let mut seen = HashSet::new();
+        for (key, node) in added {
+            if !seen.insert(key.clone()) {
+                continue;
+            }
+            self.next_epoch += 1;
+            let epoch = self.next_epoch;
+            changes.push(self.state.add(key.clone(), (*node).clone(), epoch, now));
+            let task = tokio::spawn(watch_node(
+                self.client.clone(),
+                (*node).clone(),
+                Arc::clone(&self.desired),
+                self.opts.clone(),
+                key.clone(),
+                epoch,
+                self.tx.clone(),
+            ));
+            self.tasks.insert(key.clone(), task.abort_handle());
+        }
+        changes
+    }
+
+    /// Waits for the next watcher event and applies it; returns the changes
+    /// it caused (often none: heartbeats, repeated errors). Cancel-safe.
+    pub async fn next(&mut self) -> Vec<Change> {
+        match self.rx.recv().await {
+            Some(ev) => self.state.apply(ev, Instant::now()),
+            // Never: we hold a sender ourselves.
+            None => std::future::pending().await,
+        }
+    }
+
+    pub fn state(&self) -> &PoolState {
+        &self.state
+    }
+}
+
+impl Drop for PoolWatch {
+    fn drop(&mut self) {
+        for t in self.tasks.values() {
+            t.abort();
+        }
+    }
+}
+
+/// One node's watcher: connect, stream, and on any failure report it and
+/// reconnect after a backoff, until aborted.
+async fn watch_node(
+    client: Client,
+    node: Node,
+    desired: Arc<DesiredState>,
+    opts: WatchOptions,
+    key: String,
+    epoch: u64,
+    tx: mpsc::Sender<Event>,
+) {
+    let mut attempt: u32 = 0;
+    loop {
+        let (heard, error) = watch_once(&client, &node, &desired, &opts, &key, epoch, &tx).await;
+        let Some(error) = error else { return };
+        attempt = if heard { 1 } else { attempt.saturating_add(1) };
+        let retry_in = (!error.is_permanent()).then(|| backoff(attempt, &opts));
+        let ev = Event {
+            key: key.clone(),
+            epoch,
+            kind: EventKind::Failed { error, retry_in },
+        };
+        if tx.send(ev).await.is_err() {
+            return;
+        }
+        match retry_in {
+            Some(d) => tokio::time::sleep(d).await,
+            // Nothing will change for this node: wait to be aborted.
+            None => std::future::pending::<()>().await,
+        }
+    }
+}
+
+/// One stream's life. Returns whether any report arrived, and the error
+/// that ended it (`None` when the receiving side is gone).
+async fn watch_once(
+    client: &Client,
+    node: &Node,
+    desired: &DesiredState,
+    opts: &WatchOptions,
+    key: &str,
+    epoch: u64,
+    tx: &mpsc::Sender<Event>,
+) -> (bool, Option<AskError>) {
+    let timeout_d = client.options().timeout;
+    let send = |msg: WatchResponse| async move {
+        let Some(report) = msg.report else {
+            return Err(Some(AskError::BadAnswer(
+                "a watch message without a report".into(),
+            )));
+        };
+        let answer = Answer::judge(desired, report, msg.verdict);
+        let ev = Event {
+            key: key.to_string(),
+            epoch,
+            kind: EventKind::Answer(Box::new(answer)),
+        };
+        tx.send(ev).await.map_err(|_| None)
+    };
+
+    // Connecting and the first report share the deadline and one of the
+    // `parallel` slots; the open stream holds no slot.
+    let slot = client.slot().await;
+    let deadline = Instant::now() + timeout_d;
+    let channel = match client.connect(node, deadline, Some(opts.keepalive)).await {
+        Ok(c) => c,
+        Err(e) => return (false, Some(e)),
+    };
+    let mut rpc = ReadinessServiceClient::new(channel);
+    let mut req = tonic::Request::new(WatchRequest {
+        desired: Some(desired.clone()),
+    });
+    req.set_timeout(Duration::from_secs(365 * 24 * 3600));
+    let mut stream = match timeout_at(deadline, rpc.watch(req)).await {
+        Ok(Ok(r)) => r.into_inner(),
+        Ok(Err(s)) => return (false, Some(status_error(&s, timeout_d))),
+        Err(_) => return (false, Some(AskError::NoAnswer(timeout_d))),
+    };
+    let first = match timeout_at(deadline, stream.message()).await {
+        Ok(Ok(Some(m))) => m,
+        Ok(Ok(None)) => return (false, Some(AskError::StreamEnded)),
+        Ok(Err(s)) => return (false, Some(status_error(&s, timeout_d))),
+        Err(_) => return (false, Some(AskError::NoAnswer(timeout_d))),
+    };
+    drop(slot);
+    if let Err(e) = send(first).await {
+        return (false, e);
+    }
+    loop {
+        let msg = match timeout(opts.idle_timeout, stream.message()).await {
+            Ok(Ok(Some(m))) => m,
+            Ok(Ok(None)) => return (true, Some(AskError::StreamEnded)),
+            Ok(Err(s)) => return (true, Some(status_error(&s, timeout_d))),
+            Err(_) => return (true, Some(AskError::Idle(opts.idle_timeout))),
+        };
+        if let Err(e) = send(msg).await {
+            return (true, e);
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::fleet::nodes::parse_entry;
+    use crate::proto::v1::{Finding, NodeIdentity, Report, Verdict};
+
+    fn answer(converged: bool, boot: &str, finding: &str) -> Box<Answer> {
+        Box::new(Answer {
+            verdict: Verdict {
+                converged,
+                findings: (!finding.is_empty())
+                    .then(|| Finding {
+                        code: "SYSCTL_MISMATCH".into(),
+                        message: finding.into(),
+                        blocking: true,
+                        ..Finding::default()
+                    })
+                    .into_iter()
+                    .collect(),
+            },
+            report: Report {
+                node: Some(NodeIdentity {
+                    boot_id: boot.into(),
+                    ..NodeIdentity::default()
+                }),
+                ..Report::default()
+            },
+        })
+    }
+
+    fn ev(key: &str, epoch: u64, kind: EventKind) -> Event {
+        Event {
+            key: key.into(),
+            epoch,
+            kind,
+        }
+    }
+
+    #[test]
+    fn state_reports_only_real_changes() {
+        let t0 = Instant::now();
+        let mut s = PoolState::new(t0);
+        let n = parse_entry("node-1", 1).unwrap();
+        assert_eq!(
+            s.add("k".into(), n, 1, t0),
+            Change::Added {
+                name: "node-1".into(),
+                address: "node-1:1".into()
+            }
+        );
+        assert!(!s.all_converged());
+        let off = || {
+            EventKind::Answer(answer(
+                false,
+                "b1",
+                "user.max_user_namespaces is 0, expected 11255",
+            ))
+        };
+        let c = s.apply(ev("k", 1, off()), t0);
+        assert_eq!(
+            c,
+            [Change::NotConverged {
+                name: "node-1".into(),
+                reason: "user.max_user_namespaces is 0, expected 11255".into()
+            }]
+        );
+        // A heartbeat with the same state says nothing.
+        assert!(s.apply(ev("k", 1, off()), t0).is_empty());
+        // Stale epochs and unknown keys are ignored.
+        assert!(s
+            .apply(ev("k", 0, EventKind::Answer(answer(true, "b1", ""))), t0)
+            .is_empty());
+        assert!(s
+            .apply(ev("x", 1, EventKind::Answer(answer(true, "b1", ""))), t0)
+            .is_empty());
+        let fail = || EventKind::Failed {
+            error: AskError::Refused,
+            retry_in: Some(Duration::from_secs(1)),
+        };
+        assert_eq!(s.apply(ev("k", 1, fail()), t0).len(), 1);
+        assert!(
+            s.apply(ev("k", 1, fail()), t0).is_empty(),
+            "repeat errors are quiet"
+        );
+        assert_eq!(
+            s.counts(),
+            Counts {
+                total: 1,
+                converged: 0,
+                unreachable: 1,
+                waiting: 0
+            }
+        );
+        let c = s.apply(ev("k", 1, EventKind::Answer(answer(true, "b2", ""))), t0);
+        assert_eq!(
+            c,
+            [
+                Change::BootIdChanged {
+                    name: "node-1".into(),
+                    old: "b1".into(),
+                    new: "b2".into()
+                },
+                Change::Converged {
+                    name: "node-1".into()
+                }
+            ]
+        );
+        assert!(s.all_converged());
+        let r = s.results();
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].boot_id_changes, 1);
+        assert!(r[0].converged());
+        assert_eq!(
+            s.remove("k"),
+            Some(Change::Removed {
+                name: "node-1".into()
+            })
+        );
+        assert!(!s.all_converged(), "an empty pool never converged");
+    }
+
+    #[test]
+    fn backoff_grows_is_capped_and_jittered() {
+        let o = WatchOptions::default();
+        for attempt in 1..40 {
+            let d = backoff(attempt, &o);
+            let exp = o
+                .backoff_min
+                .saturating_mul(1 << (attempt - 1).min(20))
+                .min(o.backoff_max);
+            assert!(d >= exp / 2 && d <= exp, "{attempt}: {d:?} vs {exp:?}");
+        }
+        let spread: HashSet<_> = (0..50).map(|_| backoff(10, &o)).collect();
+        assert!(spread.len() > 10, "jitter must spread reconnects");
+    }
+
+    #[tokio::test]
+    async fn watcher_reports_refusal_and_retries() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let client = Client::new(super::super::client::ClientOptions {
+            timeout: Duration::from_millis(500),
+            ..Default::default()
+        });
+        let opts = WatchOptions {
+            backoff_min: Duration::from_millis(20),
+            backoff_max: Duration::from_millis(40),
+            ..WatchOptions::default()
+        };
+        let mut w = PoolWatch::new(client, DesiredState::default(), opts);
+        let node = parse_entry(&format!("127.0.0.1:{port}"), 1).unwrap();
+        let added = w.set_nodes(std::slice::from_ref(&node));
+        assert_eq!(added.len(), 1);
+        let c = tokio::time::timeout(Duration::from_secs(2), w.next())
+            .await
+            .unwrap();
+        assert!(
+            matches!(&c[..], [Change::Unreachable { error, retry_in: Some(_), .. }] if error == "connection refused"),
+            "{c:?}"
+        );
+        // Retries keep coming (quietly) until the node is dropped.
+        let quiet = tokio::time::timeout(Duration::from_secs(2), w.next())
+            .await
+            .unwrap();
+        assert!(quiet.is_empty());
+        let removed = w.set_nodes(&[]);
+        assert_eq!(
+            removed,
+            [Change::Removed {
+                name: node.name.clone()
+            }]
+        );
+        assert_eq!(w.state().counts().total, 0);
+    }
+}
