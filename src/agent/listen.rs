@@ -130,6 +130,11 @@ pub fn plaintext(
             let Ok(permit) = pending.clone().try_acquire_owned() else {
                 continue;
             };
+            // A response goes out as several small writes (headers, data,
+            // trailers); with Nagle on, the last one waits for the client's
+            // delayed ACK, ~40 ms per call (tonic's tcp_nodelay option does
+            // not reach a custom incoming stream).
+            let _ = stream.set_nodelay(true);
             if tx.is_closed() {
                 return;
             }
@@ -209,5 +214,30 @@ impl AsyncWrite for PlainConn {
     }
     fn is_write_vectored(&self) -> bool {
         self.0.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    #[tokio::test]
+    async fn plaintext_connections_have_nodelay() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut conns = plaintext(
+            listener,
+            Duration::from_secs(5),
+            Arc::new(Semaphore::new(4)),
+        );
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client.write_all(PREFACE).await.unwrap();
+        let conn = tokio::time::timeout(Duration::from_secs(5), conns.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(conn.0.nodelay().unwrap());
     }
 }
