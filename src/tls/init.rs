@@ -454,6 +454,10 @@ pub fn render_instructions(out: &InitOutput) -> String {
         shell_quote(&out.client_cert),
         shell_quote(&out.client_key)
     );
+    s.push_str(
+        "#    (dialling a node by an address the certificate does not hold? add\n\
+         #    --tls-server-name with a name it does.)\n",
+    );
     s
 }
 
