@@ -120,7 +120,9 @@ fn init_logs(format: LogFormat, level: tracing::Level) {
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_max_level(level)
-        .with_target(false);
+        .with_target(false)
+        // Colour only for a terminal: `talosctl logs` shows raw bytes.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
