@@ -631,3 +631,25 @@ async fn grpc_error_status_is_a_clear_error() {
     assert!(cri.reachable);
     assert_eq!(cri.runtime_version, "v2.1.4");
 }
+
+/// A peer that accepts and immediately hangs up (a crashing runtime).
+#[tokio::test]
+async fn peer_that_hangs_up_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rude.sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let server = tokio::spawn(async move {
+        loop {
+            match listener.accept().await {
+                Ok((conn, _)) => drop(conn),
+                Err(_) => return,
+            }
+        }
+    });
+    let cri = observe(path.to_str().unwrap(), DEFAULT_TIMEOUT).await;
+    server.abort();
+    assert!(!cri.reachable);
+    assert!(cri.error.contains(path.to_str().unwrap()), "{}", cri.error);
+    assert!(cri.error.contains("the connection broke"), "{}", cri.error);
+    assert!(elapsed(&cri) < Duration::from_secs(1));
+}

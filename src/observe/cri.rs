@@ -98,7 +98,7 @@ async fn exchange(endpoint: &str, out: &mut CriRuntime) -> Result<(), String> {
             version: KUBE_RUNTIME_API_VERSION.to_string(),
         })
         .await
-        .map_err(|s| status_error("Version", &s))?
+        .map_err(|s| status_error(&path, "Version", &s))?
         .into_inner();
     out.reachable = true;
     out.runtime_name = version.runtime_name;
@@ -108,7 +108,7 @@ async fn exchange(endpoint: &str, out: &mut CriRuntime) -> Result<(), String> {
     let status = client
         .status(StatusRequest { verbose: true })
         .await
-        .map_err(|s| status_error("Status", &s))?
+        .map_err(|s| status_error(&path, "Status", &s))?
         .into_inner();
     fill_status(out, status)
 }
@@ -329,7 +329,17 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     parts.join(": ")
 }
 
-fn status_error(rpc: &str, s: &tonic::Status) -> String {
+fn status_error(path: &Path, rpc: &str, s: &tonic::Status) -> String {
+    // tonic turns local transport failures (the peer hung up, a broken
+    // HTTP/2 stream) into a Status with a source; the runtime never sent
+    // that status, so say what really happened.
+    if let Some(cause) = std::error::Error::source(s) {
+        return format!(
+            "CRI {rpc} on {} failed: the connection broke ({})",
+            path.display(),
+            error_chain(cause)
+        );
+    }
     let msg = s.message().trim();
     if msg.is_empty() {
         format!("CRI {rpc} failed with gRPC status {:?}", s.code())
