@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use sandbox_readiness::{
     agent::{self, ServeArgs},
     cli::{DesiredArgs, Format, HostArgs, LogFormat},
-    evaluate,
+    evaluate, fleet,
     observe::{self, userns, Scope},
     output,
     report::Generations,
@@ -39,6 +39,8 @@ enum Command {
     Probe(Box<ProbeArgs>),
     /// Run the agent: keep a fresh observation and serve it over gRPC.
     Serve(Box<ServeArgs>),
+    /// Ask many agents whether they converged to a desired state.
+    Check(Box<fleet::CheckArgs>),
     /// Certificates for the agent's mTLS.
     #[command(subcommand)]
     Tls(TlsCommand),
@@ -97,6 +99,7 @@ fn main() -> ExitCode {
                 }
             }
         }),
+        Command::Check(args) => runtime(|| fleet::run(*args)),
         Command::Tls(TlsCommand::Init { dir, sans, force }) => {
             let opts = tls::InitOptions {
                 force,
