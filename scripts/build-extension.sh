@@ -8,7 +8,8 @@
 #
 # Environment: OUT (default <repo>/out), EXTENSION_TARGET_DIR (cargo target dir,
 # default <repo>/target/extension), SOURCE_DATE_EPOCH (timestamps in the trees
-# and images; default: the last commit's time).
+# and images; default: the last commit's time), EXTENSION_NO_CARGO=1 (package
+# the binaries already built, e.g. to check that packaging is deterministic).
 set -euo pipefail
 umask 022
 
@@ -97,6 +98,9 @@ lay_out_tree() {
 			install -d -m 0755 "$croot$dest"
 		fi
 	done < <(sed -n 's/^ *destination: *//p' "$root/extension/$name.yaml")
+	# Where the ExtensionServiceConfig from `sandbox-readiness tls init` mounts
+	# the certificate, key and client CA (NODE_TLS_DIR in src/tls/init.rs).
+	install -d -m 0755 "$croot/usr/local/etc/$name/tls"
 	find "$tree" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 }
 
@@ -144,6 +148,8 @@ write_index() {
 		.manifests += [{mediaType: "application/vnd.oci.image.index.v1+json", digest: $digest, size: $size,
 			annotations: {"org.opencontainers.image.ref.name": $ref}}]' "$layout/index.json" >"$layout/index.json.new"
 	mv "$layout/index.json.new" "$layout/index.json"
+	# Drop the configs and manifests that umoci's intermediate steps left.
+	umoci gc --layout "$layout"
 	skopeo inspect --raw "oci:$layout:$name" | jq -e '.manifests | length == 2' >/dev/null ||
 		die "skopeo does not read the index back"
 }
@@ -163,7 +169,7 @@ main() {
 	local created
 	created=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
 
-	build_binaries
+	[[ ${EXTENSION_NO_CARGO:-} == 1 ]] || build_binaries
 	rm -rf "$out/oci" "$out/extension"
 	umoci init --layout "$out/oci"
 	for arch in "${arches[@]}"; do
