@@ -12,8 +12,12 @@
 //!
 //! What containerd 1.6.20's CRI plugin does at startup here (observed, not
 //! assumed):
-//! - It refuses to start the CRI plugin without `default_runtime_name` and a
-//!   runtime entry of that name, so the config always registers `runc`.
+//! - Without `default_runtime_name`, or without a runtime entry of that name,
+//!   containerd still starts and serves its socket but skips the CRI plugin
+//!   with only a warning ("failed to load plugin io.containerd.grpc.v1.cri"
+//!   … "`default_runtime_name` is empty" / "no corresponding runtime
+//!   configured"); CRI calls then fail. The config therefore always
+//!   registers `runc` as the default.
 //! - Without CNI it still starts: it logs "failed to load cni during init"
 //!   and reports the `NetworkReady` condition false with reason
 //!   `NetworkPluginNotReady`; `RuntimeReady` is true. The CNI dirs point into
@@ -33,11 +37,22 @@
 //!   (aufs, btrfs, devmapper, zfs) are disabled so they do not log failures.
 //! - runc's state root defaults to the global `/run/containerd/runc`; the
 //!   config sets the runc runtime's `Root` option into the temporary
-//!   directory so containers started through this instance stay private.
+//!   directory for containers the CRI plugin would start (not exercised
+//!   here: a pod needs the pause image, and there is no registry offline).
 //! - Shims outlive containerd by design: SIGTERM to containerd leaves them
-//!   (and their containers) running. Drop therefore kills every process whose
-//!   command line or working directory lies in the temporary directory, and
-//!   all their descendants, before unmounting and deleting the directory.
+//!   (and their containers) running. containerd 1.6 also puts every shim's
+//!   socket in the global `/run/containerd/s/<sha256(address/ns/id)>`,
+//!   whatever the config says, and `ctr` defaults its FIFOs and runc root to
+//!   `/run/containerd` too (pass `--fifo-dir` and `--runc-root` under
+//!   [`Containerd::dir`]). Drop therefore first deletes every task through
+//!   containerd (`ctr tasks delete --force`, so shims exit the normal way),
+//!   then stops containerd (SIGTERM, SIGKILL after 5 s), then kills whatever
+//!   still has its command line or cwd in the directory plus all descendants
+//!   (a crashed containerd cannot be asked), detaches mounts under the
+//!   directory, removes leftover shim sockets of this instance (the hash
+//!   names our private address, so they cannot be another containerd's) and
+//!   the shared socket directories when empty, and deletes the directory.
+//!   Measured here: a start until CRI answers takes 0.09–0.2 s.
 //!
 //! Tests run in parallel: every instance has its own directory, sockets and
 //! config, so instances never collide with each other or with a system
