@@ -143,6 +143,7 @@ pub enum Change {
 impl fmt::Display for Change {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Change::Added { name, address } if name == address => write!(f, "{name}: added"),
             Change::Added { name, address } => write!(f, "{name}: added ({address})"),
             Change::Removed { name } => write!(f, "{name}: removed (no longer listed)"),
             Change::Converged { name } => write!(f, "{name}: converged"),
