@@ -18,13 +18,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use sandbox_readiness::host::HostPaths;
+use sandbox_readiness::{host::HostPaths, tls::NODE_TLS_DIR};
 use serde::Deserialize;
 
 const NAME: &str = "sandbox-readiness";
-/// Where `sandbox-readiness tls init`'s ExtensionServiceConfig mounts the
-/// server certificate, key and client CA inside the container.
-const TLS_DIR: &str = "/usr/local/etc/sandbox-readiness/tls";
 const ARCHES: [&str; 2] = ["amd64", "arm64"];
 
 // ---------------------------------------------------------------------------
@@ -639,7 +636,7 @@ fn every_platform_of_the_image_passes_the_talos_rules() {
         );
         // configFiles of the ExtensionServiceConfig land here; the mount point
         // exists even though machined could create it in its setup overlay.
-        let tls_dir = container_root(&root.join("rootfs")).join(&TLS_DIR[1..]);
+        let tls_dir = container_root(&root.join("rootfs")).join(&NODE_TLS_DIR[1..]);
         assert!(tls_dir.is_dir(), "{arch}: {} missing", tls_dir.display());
         // The image's files are exactly those of the tree the script laid out.
         let mut image = Vec::new();
