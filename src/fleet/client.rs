@@ -32,8 +32,12 @@ pub enum Transport {
     /// dialled: plaintext elsewhere would expose the answers and let anyone
     /// on the path forge a "converged".
     Plaintext { allow_remote: bool },
-    /// TLS (mTLS when the configuration carries an identity).
-    Tls(Box<ClientTlsConfig>),
+    /// TLS; `identity` tells whether a client certificate is presented
+    /// (mTLS), which decides the hint when an agent drops the connection.
+    Tls {
+        config: Box<ClientTlsConfig>,
+        identity: bool,
+    },
 }
 
 /// Bounds and transport for asking agents.
@@ -81,6 +85,10 @@ pub enum AskError {
     Tls(String),
     #[error("cannot connect: {0}")]
     Connect(String),
+    #[error("the agent closed the connection{0}")]
+    Closed(String),
+    #[error("HTTP/2 protocol error{0}")]
+    Protocol(String),
     #[error("agent answered {code}: {message}")]
     Rpc { code: String, message: String },
     #[error("bad answer: {0}")]
@@ -107,6 +115,8 @@ impl AskError {
             AskError::Resolve(_) => "resolve",
             AskError::Tls(_) => "tls",
             AskError::Connect(_) => "connect",
+            AskError::Closed(_) => "closed",
+            AskError::Protocol(_) => "protocol",
             AskError::Rpc { .. } => "rpc",
             AskError::BadAnswer(_) => "bad_answer",
             AskError::StreamEnded => "stream_ended",
@@ -208,7 +218,7 @@ impl Client {
                 }
                 None
             }
-            Transport::Tls(cfg) => Some(cfg),
+            Transport::Tls { config, .. } => Some(config),
         };
         let mut ep = Endpoint::from_shared(addr.uri(tls.is_some()))
             .map_err(|e| AskError::Connect(chain(&e)))?
@@ -241,7 +251,7 @@ impl Client {
         let limit = connect_by.min(deadline);
         match timeout_at(limit, ep.connect()).await {
             Ok(Ok(ch)) => Ok(ch),
-            Ok(Err(e)) => Err(classify(&e, self.opts.connect_timeout)),
+            Ok(Err(e)) => Err(self.hint(classify(&e, self.opts.connect_timeout))),
             Err(_) if connect_by <= deadline => {
                 Err(AskError::ConnectTimeout(self.opts.connect_timeout))
             }
@@ -285,7 +295,7 @@ impl Client {
         // Tell the agent too, so it stops working for us when we give up.
         req.set_timeout(deadline.saturating_duration_since(Instant::now()));
         let resp = match timeout_at(deadline, client.check(req)).await {
-            Ok(r) => r.map_err(|s| status_error(&s, self.opts.timeout))?,
+            Ok(r) => r.map_err(|s| self.status_error(&s))?,
             Err(_) => return Err(AskError::NoAnswer(self.opts.timeout)),
         }
         .into_inner();
@@ -359,6 +369,10 @@ pub(crate) fn classify(e: &(dyn StdError + 'static), connect_timeout: Duration) 
             match io.kind() {
                 io::ErrorKind::ConnectionRefused => return AskError::Refused,
                 io::ErrorKind::TimedOut => return AskError::ConnectTimeout(connect_timeout),
+                io::ErrorKind::BrokenPipe
+                | io::ErrorKind::ConnectionReset
+                | io::ErrorKind::ConnectionAborted
+                | io::ErrorKind::UnexpectedEof => return AskError::Closed(String::new()),
                 _ => {}
             }
             if let Some(inner) = io.get_ref() {
@@ -379,35 +393,75 @@ pub(crate) fn classify(e: &(dyn StdError + 'static), connect_timeout: Duration) 
         cur = err.source();
     }
     let text = chain(e);
-    if text.contains("dns error") {
+    if text.contains("CertificateRequired") {
+        AskError::Tls(
+            "the agent requires a client certificate: give --tls-cert and --tls-key".into(),
+        )
+    } else if text.contains("fatal alert") {
+        // The server refused our handshake (rustls reports its alert as text).
+        AskError::Tls(text)
+    } else if [
+        "connection closed",
+        "operation was canceled",
+        "broken pipe",
+        "connection reset",
+    ]
+    .iter()
+    .any(|t| text.contains(t))
+    {
+        AskError::Closed(String::new())
+    } else if text.contains("h2 protocol error") || text.contains("http2 error") {
+        AskError::Protocol(String::new())
+    } else if text.contains("dns error") {
         AskError::Resolve(text)
     } else {
         AskError::Connect(text)
     }
 }
 
-/// Maps a call's status: transport trouble by its cause, the rest as the
-/// agent's answer.
-pub(crate) fn status_error(s: &tonic::Status, timeout: Duration) -> AskError {
-    if let Some(src) = s.source() {
-        let mut cur: Option<&(dyn StdError + 'static)> = Some(src);
-        while let Some(err) = cur {
-            if err.downcast_ref::<tonic::TimeoutExpired>().is_some() {
-                return AskError::NoAnswer(timeout);
+impl Client {
+    /// Maps a call's status: one made up on our side (it carries the
+    /// transport error as its source) by its cause, the rest as the
+    /// agent's answer.
+    pub(crate) fn status_error(&self, s: &tonic::Status) -> AskError {
+        let timeout = self.opts.timeout;
+        if let Some(src) = s.source() {
+            let mut cur: Option<&(dyn StdError + 'static)> = Some(src);
+            while let Some(err) = cur {
+                if err.downcast_ref::<tonic::TimeoutExpired>().is_some() {
+                    return AskError::NoAnswer(timeout);
+                }
+                cur = err.source();
             }
-            cur = err.source();
+            return self.hint(classify(src, timeout));
         }
-        if s.code() == tonic::Code::Unavailable || s.code() == tonic::Code::Unknown {
-            return classify(src, timeout);
+        let mut message = s.message().replace(['\n', '\r'], " ");
+        if s.code() == tonic::Code::Unimplemented {
+            message.push_str(" (is this a sandbox-readiness agent?)");
+        }
+        AskError::Rpc {
+            code: format!("{:?}", s.code()),
+            message,
         }
     }
-    let mut message = s.message().replace(['\n', '\r'], " ");
-    if s.code() == tonic::Code::Unimplemented {
-        message.push_str(" (is this a sandbox-readiness agent?)");
-    }
-    AskError::Rpc {
-        code: format!("{:?}", s.code()),
-        message,
+
+    /// Adds what the transport suggests to a dropped connection: under TLS
+    /// 1.3 a server that wants a client certificate rejects it after the
+    /// client finished its handshake, so the client often only sees the
+    /// connection close.
+    fn hint(&self, e: AskError) -> AskError {
+        let hint = match &self.opts.transport {
+            Transport::Tls {
+                identity: false, ..
+            } => " (does the agent require a client certificate? give --tls-cert and --tls-key)",
+            Transport::Plaintext { .. } => " (does the agent serve TLS? give --tls-ca)",
+            Transport::Tls { identity: true, .. } => "",
+        };
+        match e {
+            AskError::Closed(m) if m.is_empty() => AskError::Closed(hint.into()),
+            AskError::Protocol(m) if m.is_empty() => AskError::Protocol(hint.into()),
+            other => other,
+        }
     }
 }
 
@@ -418,7 +472,10 @@ impl fmt::Display for Transport {
                 allow_remote: false,
             } => f.write_str("plaintext (loopback only)"),
             Transport::Plaintext { allow_remote: true } => f.write_str("plaintext"),
-            Transport::Tls(_) => f.write_str("TLS"),
+            Transport::Tls { identity: true, .. } => f.write_str("mTLS"),
+            Transport::Tls {
+                identity: false, ..
+            } => f.write_str("TLS"),
         }
     }
 }

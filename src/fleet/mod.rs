@@ -150,15 +150,18 @@ async fn prepare(args: &CheckArgs) -> Result<Plan, String> {
         return Err("--wait must be more than 0".into());
     }
     let transport = match &args.tls_ca {
-        Some(ca) => Transport::Tls(Box::new(
-            crate::tls::client_tls_config(
-                ca,
-                args.tls_cert.as_deref(),
-                args.tls_key.as_deref(),
-                args.tls_server_name.as_deref(),
-            )
-            .map_err(|e| e.to_string())?,
-        )),
+        Some(ca) => Transport::Tls {
+            config: Box::new(
+                crate::tls::client_tls_config(
+                    ca,
+                    args.tls_cert.as_deref(),
+                    args.tls_key.as_deref(),
+                    args.tls_server_name.as_deref(),
+                )
+                .map_err(|e| e.to_string())?,
+            ),
+            identity: args.tls_cert.is_some(),
+        },
         None => Transport::Plaintext {
             allow_remote: args.insecure_plaintext,
         },

@@ -20,7 +20,7 @@ use tokio::{
 };
 
 use super::{
-    client::{fmt_duration, status_error, Answer, AskError, Client, NodeResult},
+    client::{fmt_duration, Answer, AskError, Client, NodeResult},
     nodes::Node,
     output::{first_finding, node_reason},
 };
@@ -528,13 +528,13 @@ async fn watch_once(
     req.set_timeout(Duration::from_secs(365 * 24 * 3600));
     let mut stream = match timeout_at(deadline, rpc.watch(req)).await {
         Ok(Ok(r)) => r.into_inner(),
-        Ok(Err(s)) => return (false, Some(status_error(&s, timeout_d))),
+        Ok(Err(s)) => return (false, Some(client.status_error(&s))),
         Err(_) => return (false, Some(AskError::NoAnswer(timeout_d))),
     };
     let first = match timeout_at(deadline, stream.message()).await {
         Ok(Ok(Some(m))) => m,
         Ok(Ok(None)) => return (false, Some(AskError::StreamEnded)),
-        Ok(Err(s)) => return (false, Some(status_error(&s, timeout_d))),
+        Ok(Err(s)) => return (false, Some(client.status_error(&s))),
         Err(_) => return (false, Some(AskError::NoAnswer(timeout_d))),
     };
     drop(slot);
@@ -545,7 +545,7 @@ async fn watch_once(
         let msg = match timeout(opts.idle_timeout, stream.message()).await {
             Ok(Ok(Some(m))) => m,
             Ok(Ok(None)) => return (true, Some(AskError::StreamEnded)),
-            Ok(Err(s)) => return (true, Some(status_error(&s, timeout_d))),
+            Ok(Err(s)) => return (true, Some(client.status_error(&s))),
             Err(_) => return (true, Some(AskError::Idle(opts.idle_timeout))),
         };
         if let Err(e) = send(msg).await {
