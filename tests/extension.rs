@@ -734,6 +734,54 @@ fn both_binaries_are_static_and_report_their_version() {
     assert!(emulated.contains(want), "arm64 --version said {emulated:?}");
 }
 
+/// Exit code of the shipped amd64 binary's `probe` under `env` alone.
+fn probe_exit_code(env: &[String]) -> Option<i32> {
+    let bin = container_root(&built().unpacked["amd64"].join("rootfs")).join(NAME);
+    let mut cmd = Command::new(bin);
+    cmd.env_clear().args(["probe", "-o", "json"]);
+    for entry in env {
+        let (k, v) = entry.split_once('=').unwrap();
+        cmd.env(k, v);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(dir.path().join("out")).unwrap())
+        .stderr(fs::File::create(dir.path().join("err")).unwrap())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code();
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            child.kill().ok();
+            child.wait().ok();
+            panic!("probe did not finish within 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_binary_accepts_the_spec_environment() {
+    let spec = load_spec();
+    // 0 converged / 1 not converged are both fine here; 2 is bad configuration.
+    let code = probe_exit_code(&spec.container.environment);
+    assert!(
+        matches!(code, Some(0 | 1)),
+        "exit {code:?} under {:?}",
+        spec.container.environment
+    );
+    let bogus = ["SANDBOX_READINESS_LOG_FORMAT=bogus".to_string()];
+    assert_eq!(
+        probe_exit_code(&bogus),
+        Some(2),
+        "a bad value must be refused"
+    );
+}
+
 #[test]
 fn spec_mounts_are_the_host_paths_defaults_read_only() {
     let spec = load_spec();
