@@ -296,7 +296,12 @@ async fn run_wait(args: &CheckArgs, plan: Plan, limit: Duration) -> ExitCode {
     let mut watch = PoolWatch::new(plan.client, plan.desired.clone(), WatchOptions::default());
     let merged =
         |from_cmd: &[Node]| nodes::dedupe(plan.fixed.iter().chain(from_cmd).cloned().collect());
-    progress.changes(&watch.set_nodes(&merged(&plan.from_cmd)), started.elapsed());
+    // The first node set is one line, not one "added" per node.
+    let first = watch.set_nodes(&merged(&plan.from_cmd)).len();
+    progress.note(
+        &format!("watching {first} node{}", if first == 1 { "" } else { "s" }),
+        started.elapsed(),
+    );
 
     // --nodes-cmd rounds run beside the event loop so a slow kubectl never
     // holds up events, the deadline or Ctrl-C.

@@ -522,10 +522,10 @@ async fn watch_once(
         Err(e) => return (false, Some(e)),
     };
     let mut rpc = ReadinessServiceClient::new(channel);
-    let mut req = tonic::Request::new(WatchRequest {
+    // No grpc-timeout: the stream is meant to live as long as the wait.
+    let req = tonic::Request::new(WatchRequest {
         desired: Some(desired.clone()),
     });
-    req.set_timeout(Duration::from_secs(365 * 24 * 3600));
     let mut stream = match timeout_at(deadline, rpc.watch(req)).await {
         Ok(Ok(r)) => r.into_inner(),
         Ok(Err(s)) => return (false, Some(client.status_error(&s))),
