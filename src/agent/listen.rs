@@ -11,7 +11,7 @@ use std::{
 };
 
 use tokio::{
-    io::{AsyncRead, AsyncWrite, ReadBuf},
+    io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf},
     net::{TcpListener, TcpStream},
     sync::{mpsc, OwnedSemaphorePermit, Semaphore},
 };
@@ -109,7 +109,8 @@ where
 }
 
 /// Plain TCP connections that sent the HTTP/2 preface within `deadline`.
-/// The check peeks, so the server still reads the preface itself.
+/// The check consumes the preface and [`PlainConn`] hands it back to the
+/// server, so the server still reads it itself.
 pub fn plaintext(
     listener: TcpListener,
     deadline: Duration,
@@ -141,8 +142,9 @@ pub fn plaintext(
             let tx = tx.clone();
             tokio::spawn(async move {
                 let _permit = permit;
-                if let Ok(true) = tokio::time::timeout(deadline, preface(&stream)).await {
-                    let _ = tx.send(Ok(PlainConn(stream))).await;
+                let mut stream = stream;
+                if let Ok(true) = tokio::time::timeout(deadline, preface(&mut stream)).await {
+                    let _ = tx.send(Ok(PlainConn(stream, 0))).await;
                 }
             });
         }
@@ -150,29 +152,30 @@ pub fn plaintext(
     tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
-async fn preface(stream: &TcpStream) -> bool {
+/// Reads the preface, never more. Reading (not peeking) matters: a peer
+/// that sent part of it leaves the socket readable, and re-peeking until
+/// the rest arrives would spin; a read waits for new bytes instead.
+async fn preface(stream: &mut TcpStream) -> bool {
     let mut buf = [0u8; PREFACE.len()];
-    loop {
-        match stream.peek(&mut buf).await {
+    let mut got = 0;
+    while got < PREFACE.len() {
+        match stream.read(&mut buf[got..]).await {
             Ok(0) | Err(_) => return false,
-            Ok(n) if n >= PREFACE.len() => return buf == PREFACE,
             Ok(n) => {
-                if buf[..n] != PREFACE[..n] {
+                got += n;
+                if buf[..got] != PREFACE[..got] {
                     return false;
                 }
-                // Partial preface: wait for more bytes.
-                if stream.readable().await.is_err() {
-                    return false;
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
     }
+    true
 }
 
-/// A plaintext connection that passed the preface check.
+/// A plaintext connection that passed the preface check; the second field
+/// counts the preface bytes already handed back to the server.
 #[derive(Debug)]
-pub struct PlainConn(TcpStream);
+pub struct PlainConn(TcpStream, usize);
 
 impl Connected for PlainConn {
     type ConnectInfo = TcpConnectInfo;
@@ -187,7 +190,15 @@ impl AsyncRead for PlainConn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+        let this = self.get_mut();
+        if this.1 < PREFACE.len() {
+            let rest = &PREFACE[this.1..];
+            let n = rest.len().min(buf.remaining());
+            buf.put_slice(&rest[..n]);
+            this.1 += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.0).poll_read(cx, buf)
     }
 }
 
@@ -239,5 +250,30 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(conn.0.nodelay().unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_preface_sent_in_pieces_reaches_the_server_whole() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut conns = plaintext(
+            listener,
+            Duration::from_secs(5),
+            Arc::new(Semaphore::new(4)),
+        );
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client.write_all(&PREFACE[..5]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        client.write_all(&PREFACE[5..]).await.unwrap();
+        client.write_all(b"after").await.unwrap();
+        let mut conn = tokio::time::timeout(Duration::from_secs(5), conns.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let mut got = vec![0u8; PREFACE.len() + 5];
+        conn.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got[..PREFACE.len()], PREFACE);
+        assert_eq!(&got[PREFACE.len()..], b"after");
     }
 }
