@@ -150,7 +150,9 @@ impl ReadinessService for Service {
                 let _ = state.fresh(true).await;
             });
         }
-        let (tx, rx) = mpsc::channel(WATCH_BUFFER);
+        // One slot more than the buffer: it stays free for the status that
+        // tells a dropped slow watcher why its stream ended.
+        let (tx, rx) = mpsc::channel(WATCH_BUFFER + 1);
         tokio::spawn(self.clone().watch_loop(tx, desired, permit));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
@@ -214,14 +216,15 @@ impl Service {
     /// Sends without waiting: a watcher whose buffer is full is not reading,
     /// and is dropped rather than allowed to hold memory.
     fn send(&self, tx: &mpsc::Sender<Result<WatchResponse, Status>>, msg: WatchResponse) -> bool {
-        match tx.try_send(Ok(msg)) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                debug!("dropping a Watch stream whose client does not read");
-                let _ = tx.try_send(Err(Status::resource_exhausted("watcher too slow; dropped")));
-                false
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        // Only this task sends on `tx`, so the capacity seen here cannot
+        // shrink before the send below.
+        if tx.capacity() <= 1 {
+            debug!("dropping a Watch stream whose client does not read");
+            let _ = tx.try_send(Err(Status::resource_exhausted(format!(
+                "watcher too slow: {WATCH_BUFFER} reports unread; dropped"
+            ))));
+            return false;
         }
+        tx.try_send(Ok(msg)).is_ok()
     }
 }
