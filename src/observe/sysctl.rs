@@ -4,7 +4,12 @@
 //! from a flag or a request is validated first: no `..`, no empty parts, no
 //! characters outside the kernel's naming habits.
 
-use std::{fs, io::Read, path::Path};
+use std::{
+    fs,
+    io::Read,
+    os::unix::fs::{FileTypeExt, OpenOptionsExt},
+    path::Path,
+};
 
 use thiserror::Error;
 
@@ -113,9 +118,36 @@ pub fn read(proc_sys: &Path, name: &str) -> Sysctl {
     out
 }
 
-/// Reads a small text file, refusing more than [`MAX_VALUE_BYTES`].
+/// Reads a small text file, refusing more than [`MAX_VALUE_BYTES`] and
+/// anything but a regular file.
+///
+/// Opened with `O_NONBLOCK`: opening a FIFO for reading otherwise waits for
+/// a writer, forever, and the observation (and the agent's one runtime
+/// thread) with it. Regular files, procfs ones included, ignore the flag.
 pub fn read_capped(path: &Path) -> std::io::Result<String> {
-    let file = fs::File::open(path)?;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let kind = file.metadata()?.file_type();
+    if kind.is_dir() {
+        return Err(std::io::Error::from_raw_os_error(libc::EISDIR));
+    }
+    if !kind.is_file() {
+        let what = if kind.is_fifo() {
+            "a FIFO"
+        } else if kind.is_socket() {
+            "a socket"
+        } else if kind.is_char_device() || kind.is_block_device() {
+            "a device"
+        } else {
+            "a special file"
+        };
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{what}, not a regular file"),
+        ));
+    }
     let mut buf = Vec::with_capacity(64);
     file.take(MAX_VALUE_BYTES as u64 + 1)
         .read_to_end(&mut buf)?;
@@ -226,6 +258,36 @@ mod tests {
 
         let s = read(dir.path(), "../x");
         assert_eq!(s.state, SysctlState::Unreadable as i32);
+    }
+
+    #[test]
+    fn fifos_and_directories_are_unreadable_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir_all(dir.path().join("user/max_user_namespaces")).unwrap();
+        let fifo = dir.path().join("user/max_net_namespaces");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path; mkfifo only creates a node.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+
+        let s = read(dir.path(), "user.max_user_namespaces");
+        assert_eq!(s.state, SysctlState::Unreadable as i32);
+        assert!(s.error.contains("Is a directory"), "{}", s.error);
+
+        // Without a writer, a blocking open of the FIFO would never return.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let root = dir.path().to_path_buf();
+        std::thread::spawn(move || {
+            let _ = tx.send(read(&root, "user.max_net_namespaces"));
+        });
+        let s = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("reading a FIFO blocked");
+        assert_eq!(s.state, SysctlState::Unreadable as i32);
+        assert!(
+            s.error.contains("a FIFO, not a regular file"),
+            "{}",
+            s.error
+        );
     }
 
     #[test]
