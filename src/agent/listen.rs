@@ -15,27 +15,106 @@ use tokio::{
     net::{TcpListener, TcpStream},
     sync::{mpsc, OwnedSemaphorePermit, Semaphore},
 };
+use tokio_rustls::server::TlsStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::transport::server::{Connected, TcpConnectInfo};
 use tracing::debug;
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// A connection that gives back its slot when dropped.
+/// A connection of either kind. One type for both, so the whole HTTP/2 and
+/// gRPC server stack is compiled once rather than once per transport.
 #[derive(Debug)]
-pub struct Counted<T> {
-    inner: T,
-    _slot: OwnedSemaphorePermit,
+pub enum Io {
+    Plain(PlainConn),
+    Tls(Box<TlsStream<TcpStream>>),
 }
 
-impl<T: Connected> Connected for Counted<T> {
-    type ConnectInfo = T::ConnectInfo;
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.inner.connect_info()
+impl From<PlainConn> for Io {
+    fn from(c: PlainConn) -> Self {
+        Io::Plain(c)
     }
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for Counted<T> {
+impl From<TlsStream<TcpStream>> for Io {
+    fn from(c: TlsStream<TcpStream>) -> Self {
+        Io::Tls(Box::new(c))
+    }
+}
+
+/// Runs `$body` with `$io` bound to the pinned inner stream, whichever kind.
+macro_rules! with_io {
+    ($self:expr, $io:ident => $body:expr) => {
+        match $self {
+            Io::Plain(c) => {
+                let $io = Pin::new(c);
+                $body
+            }
+            Io::Tls(c) => {
+                let $io = Pin::new(c.as_mut());
+                $body
+            }
+        }
+    };
+}
+
+impl AsyncRead for Io {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        with_io!(self.get_mut(), io => io.poll_read(cx, buf))
+    }
+}
+
+impl AsyncWrite for Io {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        with_io!(self.get_mut(), io => io.poll_write(cx, buf))
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        with_io!(self.get_mut(), io => io.poll_flush(cx))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        with_io!(self.get_mut(), io => io.poll_shutdown(cx))
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        with_io!(self.get_mut(), io => io.poll_write_vectored(cx, bufs))
+    }
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Io::Plain(c) => c.0.is_write_vectored(),
+            Io::Tls(c) => c.is_write_vectored(),
+        }
+    }
+}
+
+/// A connection that gives back its slot when dropped.
+#[derive(Debug)]
+pub struct Counted {
+    inner: Io,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Connected for Counted {
+    type ConnectInfo = TcpConnectInfo;
+    fn connect_info(&self) -> Self::ConnectInfo {
+        match &self.inner {
+            Io::Plain(c) => c.0.connect_info(),
+            Io::Tls(c) => c.get_ref().0.connect_info(),
+        }
+    }
+}
+
+impl AsyncRead for Counted {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -45,7 +124,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Counted<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for Counted<T> {
+impl AsyncWrite for Counted {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -76,12 +155,12 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Counted<T> {
 pub fn merge<S, T>(
     streams: Vec<S>,
     slots: Arc<Semaphore>,
-) -> impl Stream<Item = Result<Counted<T>, io::Error>>
+) -> tokio_stream::wrappers::ReceiverStream<Result<Counted, io::Error>>
 where
     S: Stream<Item = Result<T, io::Error>> + Send + Unpin + 'static,
-    T: Send + 'static,
+    T: Into<Io> + Send + 'static,
 {
-    let (tx, rx) = mpsc::channel::<Result<Counted<T>, io::Error>>(64);
+    let (tx, rx) = mpsc::channel::<Result<Counted, io::Error>>(64);
     for mut s in streams {
         let tx = tx.clone();
         let slots = slots.clone();
@@ -94,7 +173,7 @@ where
                 };
                 if tx
                     .send(Ok(Counted {
-                        inner: conn,
+                        inner: conn.into(),
                         _slot: slot,
                     }))
                     .await

@@ -227,9 +227,10 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
         });
     };
     let slots = Arc::new(tokio::sync::Semaphore::new(args.max_connections));
-    match tls {
+    // Both transports feed one connection type, so one server runs either way.
+    let (_reloader, connections) = match tls {
         Some(tls) => {
-            let _reloader = tls.spawn_reloader(ReloadOptions::default())?;
+            let reloader = tls.spawn_reloader(ReloadOptions::default())?;
             let limits = AcceptLimits {
                 max_handshakes: 1024,
                 max_handshakes_per_ip: 64,
@@ -239,9 +240,7 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
                 .into_iter()
                 .map(|l| tls::incoming(l, tls.clone(), limits.clone()))
                 .collect();
-            router
-                .serve_with_incoming_shutdown(listen::merge(streams, slots), shutdown)
-                .await?;
+            (Some(reloader), listen::merge(streams, slots))
         }
         None => {
             let pending = Arc::new(tokio::sync::Semaphore::new(args.max_connections));
@@ -249,11 +248,12 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
                 .into_iter()
                 .map(|l| listen::plaintext(l, Duration::from_secs(10), pending.clone()))
                 .collect();
-            router
-                .serve_with_incoming_shutdown(listen::merge(streams, slots), shutdown)
-                .await?;
+            (None, listen::merge(streams, slots))
         }
-    }
+    };
+    router
+        .serve_with_incoming_shutdown(connections, shutdown)
+        .await?;
     Ok(())
 }
 
