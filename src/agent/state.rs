@@ -4,9 +4,11 @@
 //! observation on a timer, on a noticed change and on demand, and publishes
 //! each result through a `watch` channel. Requests never observe themselves:
 //! they read the latest report, or ask the owner for a fresh one and share
-//! whatever observation answers them (refresh coalescing). So however many
-//! refreshes arrive, at most one observation runs at a time, and none starts
-//! sooner than `min_refresh` after the previous one.
+//! one observation that started at most `min_refresh` before they asked
+//! (refresh coalescing).
+//! So however many refreshes arrive, at most one observation runs at a time,
+//! and none starts sooner than `min_refresh` after the previous one: a burst
+//! of any size costs at most two observations.
 
 use std::{
     sync::{
@@ -77,8 +79,9 @@ impl State {
         self.latest.clone()
     }
 
-    /// A report no older than the minimum refresh interval (including a
-    /// sandbox probe when asked), shared with concurrent callers.
+    /// A report from an observation that started at most `min_refresh`
+    /// before this call (including a sandbox probe when asked), shared with
+    /// concurrent callers.
     pub async fn fresh(&self, sandbox: bool) -> Result<Arc<Report>, StateError> {
         let (reply, rx) = oneshot::channel();
         self.refresh
@@ -123,9 +126,11 @@ pub async fn start(
     let started_at = pb_timestamp(SystemTime::now());
     let counters = Arc::new(Counters::default());
     let mut gens = Generations::default();
+    let first_started = Instant::now();
     let mut first = observe::observe(&cfg, Scope::default()).await;
     counters.observations.fetch_add(1, Ordering::Relaxed);
     finish(&mut first, &started_at, &mut gens);
+    stamp_counters(&mut first, &counters);
     log_first(&first);
     let (tx, rx) = watch::channel(Arc::new(first));
     // Bounded: a flood of refreshes beyond this is refused, not queued forever.
@@ -138,6 +143,7 @@ pub async fn start(
         started_at,
         counters: counters.clone(),
         last_full: Instant::now(),
+        last_started: first_started,
         last_sandbox: None,
     };
     let task = tokio::spawn(owner.run(refresh_rx, shutdown));
@@ -160,6 +166,16 @@ fn finish(
         agent.started_at = Some(*started_at);
     }
     gens.stamp(report)
+}
+
+/// Stores the counters in the published report, so that `State::latest`
+/// hands it out as is instead of deep-cloning it on every request (the
+/// counters only move when an observation starts). After `finish`: the
+/// fingerprint excludes the agent info anyway.
+fn stamp_counters(report: &mut Report, counters: &Counters) {
+    let agent = report.agent.get_or_insert_with(Default::default);
+    agent.observations = counters.observations.load(Ordering::Relaxed);
+    agent.sandbox_probes = counters.sandbox_probes.load(Ordering::Relaxed);
 }
 
 fn log_first(r: &Report) {
@@ -216,7 +232,9 @@ struct Owner {
     started_at: pbjson_types::Timestamp,
     counters: Arc<Counters>,
     last_full: Instant,
-    /// When the last sandbox probe finished (its result is carried forward).
+    /// When the published observation started.
+    last_started: Instant,
+    /// When the last sandbox probe started (its result is carried forward).
     last_sandbox: Option<Instant>,
 }
 
@@ -232,6 +250,8 @@ impl Owner {
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         poll.reset();
         let mut running: Option<Running> = None;
+        // When the running observation started, and whether it probes a sandbox.
+        let mut running_since: Option<(Instant, bool)> = None;
         // Waiters of the observation that is running, and of the next one.
         let mut joined: Vec<Refresh> = Vec::new();
         let mut queued: Vec<Refresh> = Vec::new();
@@ -244,9 +264,12 @@ impl Owner {
                 _ = shutdown.changed() => return,
                 req = requests.recv() => {
                     let Some(req) = req else { return };
+                    // A refresh is answered by an observation that started at
+                    // most `min_refresh` before it arrived: the published one,
+                    // the running one, or the next.
                     if let Some(report) = self.fresh_enough(req.sandbox) {
                         let _ = req.reply.send(report);
-                    } else if running.is_some() && !req.sandbox {
+                    } else if running_since.is_some_and(|(t, sb)| self.recent(t) && (sb || !req.sandbox)) {
                         joined.push(req);
                     } else {
                         queued.push(req);
@@ -265,6 +288,7 @@ impl Owner {
                     }
                 }, if running.is_some() => {
                     running = None;
+                    let started = running_since.take().map_or_else(Instant::now, |(t, _)| t);
                     let (report, sandbox) = match done {
                         Ok(r) => r,
                         Err(e) => {
@@ -272,19 +296,10 @@ impl Owner {
                             continue;
                         }
                     };
-                    let report = self.publish(report, sandbox);
+                    let report = self.publish(report, sandbox, started);
                     for w in joined.drain(..) {
                         let _ = w.reply.send(report.clone());
                     }
-                    // Requests that arrived meanwhile may be satisfied now.
-                    let mut rest = Vec::new();
-                    for q in queued.drain(..) {
-                        match self.fresh_enough(q.sandbox) {
-                            Some(r) => { let _ = q.reply.send(r); }
-                            None => rest.push(q),
-                        }
-                    }
-                    queued = rest;
                 }
                 _ = tokio::time::sleep_until(earliest.into()), if idle && !queued.is_empty() => {}
             }
@@ -294,15 +309,21 @@ impl Owner {
                 let sandbox = queued.iter().any(|q| q.sandbox);
                 joined.append(&mut queued);
                 want_full = false;
+                running_since = Some((Instant::now(), sandbox));
                 running = Some(self.spawn(sandbox));
             }
         }
     }
 
-    /// The current report if it is recent enough for a refresh request.
+    fn recent(&self, started: Instant) -> bool {
+        started.elapsed() < self.timing.min_refresh
+    }
+
+    /// The published report, if its observation started recently enough to
+    /// answer a refresh arriving now.
     fn fresh_enough(&self, sandbox: bool) -> Option<Arc<Report>> {
-        let recent = |t: Instant| t.elapsed() < self.timing.min_refresh;
-        let ok = recent(self.last_full) && (!sandbox || self.last_sandbox.is_some_and(recent));
+        let ok = self.recent(self.last_started)
+            && (!sandbox || self.last_sandbox.is_some_and(|t| self.recent(t)));
         ok.then(|| self.tx.borrow().clone())
     }
 
@@ -326,10 +347,11 @@ impl Owner {
 
     /// Stamps and publishes a finished observation; wakes watchers only when
     /// something changed.
-    fn publish(&mut self, mut report: Report, sandbox: bool) -> Arc<Report> {
+    fn publish(&mut self, mut report: Report, sandbox: bool, started: Instant) -> Arc<Report> {
         self.last_full = Instant::now();
+        self.last_started = started;
         if sandbox {
-            self.last_sandbox = Some(self.last_full);
+            self.last_sandbox = Some(started);
         } else if let (Some(g), Some(prev)) =
             (report.gvisor.as_mut(), self.tx.borrow().gvisor.as_ref())
         {
@@ -340,6 +362,7 @@ impl Owner {
             }
         }
         let changed = finish(&mut report, &self.started_at, &mut self.gens);
+        stamp_counters(&mut report, &self.counters);
         let report = Arc::new(report);
         if changed {
             let lines = report::changes(&self.tx.borrow(), &report);
