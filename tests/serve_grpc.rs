@@ -318,6 +318,9 @@ async fn a_thousand_concurrent_refreshes_share_at_most_two_observations() {
         .and_then(|r| r.agent)
         .map(|a| a.observations)
         .expect("observations");
+    // Past --min-refresh-interval (1 s) since the startup observation, or a
+    // fast burst is answered from that one and no refresh runs at all.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..1000 {
         let mut c = ReadinessServiceClient::new(channel.clone());
