@@ -48,12 +48,22 @@ fn blanks(min: usize) -> impl Strategy<Value = String> {
         .prop_map(|v| v.into_iter().collect())
 }
 
+/// A bounded run; no regression files (an integration test has no lib.rs
+/// beside it for proptest to put them next to).
+fn cases(n: u32) -> ProptestConfig {
+    ProptestConfig {
+        cases: n,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
 fn one_line(e: &impl std::fmt::Display) -> bool {
     !e.to_string().contains('\n')
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(512))]
+    #![proptest_config(cases(512))]
 
     /// An accepted name is a path of plain parts below /proc/sys: no `..`,
     /// no `.`, no empty part, no leading `/`, no separator or NUL in a part.
@@ -98,7 +108,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(cases(256))]
 
     /// Whatever the name, `read` never shows a file outside the proc_sys
     /// root it was given (a real directory tree with a file beside it).
@@ -335,7 +345,7 @@ fn no_lookup(_: &str) -> ConfigLookup {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(cases(256))]
 
     /// CRI `info` JSON of any shape, in the places the parser looks.
     #[test]
@@ -422,7 +432,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(16))]
+    #![proptest_config(cases(16))]
 
     /// Deep nesting (from a hostile or broken CRI, kubectl or drop-in) is an
     /// error or a result, never a stack overflow, which would abort the
