@@ -1,6 +1,7 @@
 //! The agent (`serve`): keeps a fresh observation and serves it over gRPC,
 //! with health and reflection, on one or more listen addresses.
 
+pub mod cached;
 pub mod listen;
 pub mod service;
 pub mod state;
@@ -173,7 +174,7 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
     let cfg = Arc::new(cfg);
     let (state, _owner) = state::start((*cfg).clone(), timing, shutdown_rx.clone()).await;
     let svc = service::Service::new(
-        state,
+        state.clone(),
         desired,
         cfg,
         args.max_watchers,
@@ -209,11 +210,12 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
         .add_service(health_svc)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(
-            ReadinessServiceServer::new(svc)
-                .max_decoding_message_size(MAX_REQUEST_BYTES)
-                .max_encoding_message_size(4 * 1024 * 1024),
-        );
+        .add_service(cached::Readiness::new(
+            svc,
+            state,
+            MAX_REQUEST_BYTES,
+            4 * 1024 * 1024,
+        ));
 
     let shutdown = async move {
         wait_for_signal().await;

@@ -1,10 +1,10 @@
 //! The `ReadinessService` gRPC handlers. They only move data: reports come
 //! from the observation cache ([`State`]), verdicts from [`evaluate`].
 
-use std::{sync::Arc, time::Duration};
+use std::{pin::Pin, sync::Arc, time::Duration};
 
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{wrappers::ReceiverStream, Stream, StreamExt};
 use tonic::{Request, Response, Status};
 use tracing::debug;
 
@@ -21,6 +21,12 @@ use crate::{
 
 /// Messages buffered per watcher before a watcher that does not read is dropped.
 const WATCH_BUFFER: usize = 8;
+
+/// A Watch message waiting in its watcher's channel. Boxed because the
+/// channel allocates its slots up front, in blocks of 32, and an unboxed
+/// `Result<WatchResponse, Status>` (a whole `Report` inline) made that block
+/// cost every watcher ~20 KiB before any message was sent.
+type Slot = Box<Result<WatchResponse, Status>>;
 
 /// The service; cheap to clone.
 #[derive(Debug, Clone)]
@@ -130,7 +136,7 @@ impl ReadinessService for Service {
         }))
     }
 
-    type WatchStream = ReceiverStream<Result<WatchResponse, Status>>;
+    type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchResponse, Status>> + Send>>;
 
     async fn watch(
         &self,
@@ -154,14 +160,14 @@ impl ReadinessService for Service {
         // tells a dropped slow watcher why its stream ended.
         let (tx, rx) = mpsc::channel(WATCH_BUFFER + 1);
         tokio::spawn(self.clone().watch_loop(tx, desired, permit));
-        Ok(Response::new(ReceiverStream::new(rx)))
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(|m| *m))))
     }
 }
 
 impl Service {
     async fn watch_loop(
         self,
-        tx: mpsc::Sender<Result<WatchResponse, Status>>,
+        tx: mpsc::Sender<Slot>,
         desired: DesiredState,
         _permit: OwnedSemaphorePermit,
     ) {
@@ -180,7 +186,7 @@ impl Service {
         };
         let mut last_generation = {
             let current = self.state.with_counters(sub.borrow_and_update().clone());
-            if tx.try_send(Ok(message(&current, false))).is_err() {
+            if tx.try_send(Box::new(Ok(message(&current, false)))).is_err() {
                 return;
             }
             current.generation
@@ -215,16 +221,16 @@ impl Service {
 
     /// Sends without waiting: a watcher whose buffer is full is not reading,
     /// and is dropped rather than allowed to hold memory.
-    fn send(&self, tx: &mpsc::Sender<Result<WatchResponse, Status>>, msg: WatchResponse) -> bool {
+    fn send(&self, tx: &mpsc::Sender<Slot>, msg: WatchResponse) -> bool {
         // Only this task sends on `tx`, so the capacity seen here cannot
         // shrink before the send below.
         if tx.capacity() <= 1 {
             debug!("dropping a Watch stream whose client does not read");
-            let _ = tx.try_send(Err(Status::resource_exhausted(format!(
+            let _ = tx.try_send(Box::new(Err(Status::resource_exhausted(format!(
                 "watcher too slow: {WATCH_BUFFER} reports unread; dropped"
-            ))));
+            )))));
             return false;
         }
-        tx.try_send(Ok(msg)).is_ok()
+        tx.try_send(Box::new(Ok(msg))).is_ok()
     }
 }
