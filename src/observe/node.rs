@@ -1,6 +1,10 @@
 //! Node identity: which machine, which boot, which OS.
 
-use crate::{host::HostPaths, observe::sysctl::read_capped, proto::v1::NodeIdentity};
+use crate::{
+    host::HostPaths,
+    observe::sysctl::{read_capped, read_file_capped},
+    proto::v1::NodeIdentity,
+};
 
 /// The agent's own version, from Cargo.toml.
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -21,7 +25,7 @@ pub fn observe(paths: &HostPaths) -> NodeIdentity {
     let (os_name, os_version_id) = paths
         .os_release()
         .iter()
-        .find_map(|p| read_capped_large(p))
+        .find_map(|p| read_file_capped(p, 64 * 1024).ok())
         .map(|text| parse_os_release(&text))
         .unwrap_or_default();
 
@@ -34,17 +38,6 @@ pub fn observe(paths: &HostPaths) -> NodeIdentity {
         os_name,
         os_version_id,
     }
-}
-
-fn read_capped_large(path: &std::path::Path) -> Option<String> {
-    use std::io::Read;
-    let mut buf = String::new();
-    std::fs::File::open(path)
-        .ok()?
-        .take(64 * 1024)
-        .read_to_string(&mut buf)
-        .ok()?;
-    Some(buf)
 }
 
 /// `NAME` and `VERSION_ID` from os-release(5) text (shell-style assignments,

@@ -118,13 +118,15 @@ pub fn read(proc_sys: &Path, name: &str) -> Sysctl {
     out
 }
 
-/// Reads a small text file, refusing more than [`MAX_VALUE_BYTES`] and
-/// anything but a regular file.
-///
-/// Opened with `O_NONBLOCK`: opening a FIFO for reading otherwise waits for
-/// a writer, forever, and the observation (and the agent's one runtime
-/// thread) with it. Regular files, procfs ones included, ignore the flag.
+/// Reads a small text file, refusing more than [`MAX_VALUE_BYTES`].
 pub fn read_capped(path: &Path) -> std::io::Result<String> {
+    read_file_capped(path, MAX_VALUE_BYTES)
+}
+
+/// Reads a small host text file: regular files only, opened non-blocking
+/// (a FIFO planted in place of a host file must not hang an observation),
+/// at most `max` bytes, trailing newline removed.
+pub fn read_file_capped(path: &Path, max: usize) -> std::io::Result<String> {
     let file = fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
@@ -149,12 +151,11 @@ pub fn read_capped(path: &Path) -> std::io::Result<String> {
         ));
     }
     let mut buf = Vec::with_capacity(64);
-    file.take(MAX_VALUE_BYTES as u64 + 1)
-        .read_to_end(&mut buf)?;
-    if buf.len() > MAX_VALUE_BYTES {
+    file.take(max as u64 + 1).read_to_end(&mut buf)?;
+    if buf.len() > max {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("value is longer than {MAX_VALUE_BYTES} bytes"),
+            format!("value is longer than {max} bytes"),
         ));
     }
     let text = String::from_utf8_lossy(&buf);

@@ -47,7 +47,7 @@ pub struct HelperOutput {
 /// Whether this process runs in the initial user namespace: its uid_map is
 /// the identity over the whole 32-bit range.
 pub fn in_initial_user_namespace(paths: &HostPaths) -> Option<bool> {
-    let map = fs::read_to_string(paths.self_uid_map()).ok()?;
+    let map = crate::observe::sysctl::read_capped(&paths.self_uid_map()).ok()?;
     Some(parse_is_initial(&map))
 }
 
@@ -128,7 +128,9 @@ fn to_probe(raw: &RawProbe) -> Probe {
 
 /// Entry point of the helper process. Must run before any thread starts.
 pub fn helper_main() -> i32 {
-    let initial = parse_is_initial(&fs::read_to_string("/proc/self/uid_map").unwrap_or_default());
+    let initial = parse_is_initial(
+        &crate::observe::sysctl::read_capped(Path::new("/proc/self/uid_map")).unwrap_or_default(),
+    );
     let start = Instant::now();
     let (mut userns, ns) = helper::probe_userns(initial);
     userns.micros = micros(start);
