@@ -138,12 +138,10 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
     };
     let mut listeners = Vec::new();
     for addr in &args.listen {
-        let l = TcpListener::bind(addr)
-            .await
-            .map_err(|source| ServeError::Bind {
-                addr: *addr,
-                source,
-            })?;
+        let l = bind(*addr).map_err(|source| ServeError::Bind {
+            addr: *addr,
+            source,
+        })?;
         listeners.push(l);
     }
     let extra: Vec<String> = desired.sysctls.iter().map(|s| s.name.clone()).collect();
@@ -257,6 +255,19 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
         .serve_with_incoming_shutdown(connections, shutdown)
         .await?;
     Ok(())
+}
+
+/// Binds with a deep accept backlog: during a connection flood a good
+/// client's SYN must not wait out a retransmit behind the default 128.
+fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
 }
 
 async fn wait_for_signal() {
