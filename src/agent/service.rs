@@ -24,8 +24,8 @@ const WATCH_BUFFER: usize = 8;
 
 /// A Watch message waiting in its watcher's channel. Boxed because the
 /// channel allocates its slots up front, in blocks of 32, and an unboxed
-/// `Result<WatchResponse, Status>` (a whole `Report` inline) made that block
-/// cost every watcher ~20 KiB before any message was sent.
+/// `Result<WatchResponse, Status>` is 1,072 bytes (a whole `Report` inline):
+/// 34 KiB per watcher before any message was sent (benches/README.md).
 type Slot = Box<Result<WatchResponse, Status>>;
 
 /// The service; cheap to clone.
