@@ -1,0 +1,549 @@
+//! Load client for the benchmark suite (`benches/run.sh`): drives a running
+//! `sandbox-readiness serve` over loopback through the crate's generated
+//! tonic client and prints one JSON object per run on stdout.
+//!
+//! Unlike h2load, which reports request times coarsely, this times every call
+//! on its own, so the percentiles are true per-call latencies.
+//!
+//! `cargo test --all-targets` runs bench targets without arguments; this
+//! binary then only prints its usage and exits 0.
+
+use std::{
+    error::Error,
+    io::Write,
+    net::SocketAddr,
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use sandbox_readiness::{
+    proto::v1::{
+        readiness_service_client::ReadinessServiceClient, GetReportRequest, Report, WatchRequest,
+        WatchResponse,
+    },
+    report::find_sysctl,
+};
+use serde_json::json;
+use tonic::transport::{Channel, Endpoint};
+use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
+
+type BoxError = Box<dyn Error + Send + Sync>;
+
+#[derive(Debug, Parser)]
+#[command(name = "load", about = "Load client for benches/run.sh")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Unary calls from concurrent callers; latency percentiles and rate.
+    Unary(UnaryArgs),
+    /// Opens many Watch streams and holds them (for the agent's RSS).
+    Watch(WatchArgs),
+    /// Time from writing user.max_user_namespaces in the agent's user
+    /// namespace to a Watch message carrying the new value.
+    Change(ChangeArgs),
+    /// In-memory sizes of the API types (why a Watch channel slot is boxed).
+    Sizes,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum Rpc {
+    /// GetReport from the cache.
+    GetReport,
+    /// GetReport{refresh:true}: one full observation per call (with
+    /// --min-refresh-interval 0s on the agent).
+    Refresh,
+    /// GetReport{sandbox_probe:true}: an observation plus `runsc do true`.
+    Sandbox,
+    /// grpc.health.v1.Health/Check: the floor of any call on this stack.
+    Health,
+}
+
+#[derive(Debug, Parser)]
+struct UnaryArgs {
+    #[arg(long)]
+    addr: SocketAddr,
+    #[arg(long, value_enum)]
+    rpc: Rpc,
+    /// Callers, each waiting for its answer before the next call.
+    #[arg(long, default_value_t = 1)]
+    callers: usize,
+    /// Connections the callers share (default: one per caller).
+    #[arg(long)]
+    connections: Option<usize>,
+    /// Measured time (ignored with --count).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Unmeasured time first.
+    #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
+    warmup: Duration,
+    /// Exactly this many measured calls in all (no warm-up), instead of --duration.
+    #[arg(long)]
+    count: Option<u64>,
+    /// Total calls per second over all callers (open loop); 0 = as fast as answers come.
+    #[arg(long, default_value_t = 0.0)]
+    rate: f64,
+    /// Free text copied into the output.
+    #[arg(long, default_value = "")]
+    label: String,
+}
+
+#[derive(Debug, Parser)]
+struct WatchArgs {
+    #[arg(long)]
+    addr: SocketAddr,
+    #[arg(long, default_value_t = 1000)]
+    streams: usize,
+    /// Connections the streams share (the agent allows 128 streams per connection).
+    #[arg(long, default_value_t = 10)]
+    connections: usize,
+    /// How long to hold the streams open after all got their first report.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    hold: Duration,
+}
+
+#[derive(Debug, Parser)]
+struct ChangeArgs {
+    #[arg(long)]
+    addr: SocketAddr,
+    /// The agent's pid; the write happens in its user namespace (nsenter -U).
+    #[arg(long)]
+    pid: u32,
+    #[arg(long, default_value_t = 10)]
+    samples: usize,
+    /// Random wait before each write, up to this long, so writes land at
+    /// every phase of the agent's poll timer.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    jitter: Duration,
+    /// Give up on a sample after this long.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let Some(command) = cli.command else {
+        println!("load: no command (see benches/README.md); nothing to do");
+        return std::process::ExitCode::SUCCESS;
+    };
+    // One thread: run.sh pins the client to the core the agent does not use.
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("load: cannot start the runtime: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let result = rt.block_on(async move {
+        match command {
+            Command::Unary(a) => unary(a).await,
+            Command::Watch(a) => watch(a).await,
+            Command::Change(a) => change(a).await,
+            Command::Sizes => emit(&json!({
+                "mode": "sizes",
+                "Report": std::mem::size_of::<Report>(),
+                "WatchResponse": std::mem::size_of::<WatchResponse>(),
+                "Status": std::mem::size_of::<tonic::Status>(),
+                "Result<WatchResponse, Status>":
+                    std::mem::size_of::<Result<WatchResponse, tonic::Status>>(),
+            })),
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("load: {e}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+async fn connect(addr: SocketAddr) -> Result<Channel, BoxError> {
+    let ch = Endpoint::from_shared(format!("http://{addr}"))?
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(3))
+        .timeout(Duration::from_secs(30))
+        .connect()
+        .await
+        .map_err(|e| format!("cannot connect to {addr}: {e:?}"))?;
+    Ok(ch)
+}
+
+/// One call; returns the report where the RPC yields one.
+async fn call(rpc: Rpc, ch: &Channel) -> Result<Option<Report>, tonic::Status> {
+    match rpc {
+        Rpc::Health => {
+            HealthClient::new(ch.clone())
+                .check(HealthCheckRequest {
+                    service: String::new(),
+                })
+                .await?;
+            Ok(None)
+        }
+        _ => {
+            let req = GetReportRequest {
+                refresh: rpc == Rpc::Refresh,
+                sandbox_probe: rpc == Rpc::Sandbox,
+            };
+            let resp = ReadinessServiceClient::new(ch.clone())
+                .get_report(req)
+                .await?;
+            Ok(resp.into_inner().report)
+        }
+    }
+}
+
+#[derive(Default)]
+struct CallerResult {
+    latencies_ns: Vec<u64>,
+    errors: u64,
+    first_error: Option<String>,
+    /// Durations (ms) of the probes the reports carry, for refresh/sandbox.
+    probe_ms: Vec<(String, f64)>,
+}
+
+fn probe_durations(rpc: Rpc, r: &Report, out: &mut Vec<(String, f64)>) {
+    let ms = |d: &Option<pbjson_types::Duration>| {
+        d.as_ref()
+            .map(|d| d.seconds as f64 * 1e3 + f64::from(d.nanos) / 1e6)
+    };
+    if let Some(u) = &r.user_namespaces {
+        if let Some(v) = u.userns_create.as_ref().and_then(|p| ms(&p.duration)) {
+            out.push(("userns_create".into(), v));
+        }
+        if let Some(v) = u.idmap_mount.as_ref().and_then(|p| ms(&p.duration)) {
+            out.push(("idmap_mount".into(), v));
+        }
+    }
+    if rpc == Rpc::Sandbox {
+        if let Some(p) = r.gvisor.as_ref().and_then(|g| g.sandbox.as_ref()) {
+            if let Some(v) = ms(&p.duration) {
+                out.push(("sandbox".into(), v));
+            }
+            out.push((format!("sandbox_outcome_{}", p.outcome), 1.0));
+        }
+    }
+}
+
+async fn unary(a: UnaryArgs) -> Result<(), BoxError> {
+    let callers = a.callers.max(1);
+    let conns = a.connections.unwrap_or(callers).clamp(1, callers);
+    let mut channels = Vec::with_capacity(conns);
+    for _ in 0..conns {
+        channels.push(connect(a.addr).await?);
+    }
+    // One call per connection first, so connection setup is not measured.
+    for ch in &channels {
+        call(a.rpc, ch)
+            .await
+            .map_err(|e| format!("first call failed: {e}"))?;
+    }
+    let start = Instant::now();
+    let measure_from = if a.count.is_some() {
+        start
+    } else {
+        start + a.warmup
+    };
+    let end = measure_from + a.duration;
+    // --count splits the calls over the callers.
+    let per_caller = a.count.map(|n| {
+        let base = n / callers as u64;
+        let extra = n % callers as u64;
+        (base, extra)
+    });
+    let interval = (a.rate > 0.0).then(|| Duration::from_secs_f64(callers as f64 / a.rate));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..callers {
+        let ch = channels[i % conns].clone();
+        let rpc = a.rpc;
+        let quota = per_caller.map(|(base, extra)| base + u64::from((i as u64) < extra));
+        // Spread the open-loop callers' first calls over one interval.
+        let offset = interval.map(|iv| iv.mul_f64(i as f64 / callers as f64));
+        tasks.spawn(async move {
+            let mut res = CallerResult::default();
+            let mut next = start + offset.unwrap_or_default();
+            let mut done = 0u64;
+            loop {
+                match quota {
+                    Some(q) if done >= q => break,
+                    None if Instant::now() >= end => break,
+                    _ => {}
+                }
+                if let Some(iv) = interval {
+                    tokio::time::sleep_until(next.into()).await;
+                    next += iv;
+                }
+                let t0 = Instant::now();
+                let r = call(rpc, &ch).await;
+                let t1 = Instant::now();
+                done += 1;
+                match r {
+                    Ok(report) => {
+                        if t0 >= measure_from && (quota.is_some() || t1 <= end) {
+                            res.latencies_ns
+                                .push(u64::try_from((t1 - t0).as_nanos()).unwrap_or(u64::MAX));
+                            if let Some(rep) = report.as_ref() {
+                                if matches!(rpc, Rpc::Refresh | Rpc::Sandbox) {
+                                    probe_durations(rpc, rep, &mut res.probe_ms);
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        res.errors += 1;
+                        if res.first_error.is_none() {
+                            res.first_error = Some(e.to_string());
+                        }
+                    }
+                }
+            }
+            res
+        });
+    }
+    let mut all = CallerResult::default();
+    while let Some(r) = tasks.join_next().await {
+        let r = r?;
+        all.latencies_ns.extend(r.latencies_ns);
+        all.errors += r.errors;
+        all.probe_ms.extend(r.probe_ms);
+        if all.first_error.is_none() {
+            all.first_error = r.first_error;
+        }
+    }
+    let window = if a.count.is_some() {
+        start.elapsed()
+    } else {
+        a.duration
+    };
+    let mut lat = all.latencies_ns;
+    lat.sort_unstable();
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let mut probes = serde_json::Map::new();
+    let mut names: Vec<&String> = all.probe_ms.iter().map(|(n, _)| n).collect();
+    names.sort();
+    names.dedup();
+    for n in names {
+        let mut v: Vec<f64> = all
+            .probe_ms
+            .iter()
+            .filter(|(k, _)| k == n)
+            .map(|(_, v)| *v)
+            .collect();
+        v.sort_by(f64::total_cmp);
+        probes.insert(n.clone(), summary_f(&v));
+    }
+    let out = json!({
+        "mode": "unary",
+        "label": a.label,
+        "rpc": format!("{:?}", a.rpc),
+        "callers": callers,
+        "connections": conns,
+        "offered_rate": a.rate,
+        "calls": lat.len(),
+        "errors": all.errors,
+        "first_error": all.first_error,
+        "seconds": window.as_secs_f64(),
+        "rate": lat.len() as f64 / window.as_secs_f64(),
+        "min_ms": lat.first().copied().map(ms),
+        "p10_ms": pct(&lat, 10.0).map(ms),
+        "p50_ms": pct(&lat, 50.0).map(ms),
+        "p90_ms": pct(&lat, 90.0).map(ms),
+        "p99_ms": pct(&lat, 99.0).map(ms),
+        "max_ms": lat.last().copied().map(ms),
+        "probes_ms": probes,
+        // Every sample, for runs small enough to pool across rounds.
+        "samples_ms": (lat.len() <= 1000).then(|| lat.iter().map(|&n| ms(n)).collect::<Vec<_>>()),
+    });
+    emit(&out)
+}
+
+/// Nearest-rank percentile of sorted values.
+fn pct<T: Copy>(sorted: &[T], p: f64) -> Option<T> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted.get(rank.clamp(1, sorted.len()) - 1).copied()
+}
+
+fn summary_f(sorted: &[f64]) -> serde_json::Value {
+    json!({
+        "n": sorted.len(),
+        "min": sorted.first(),
+        "p10": pct(sorted, 10.0),
+        "p50": pct(sorted, 50.0),
+        "p90": pct(sorted, 90.0),
+        "max": sorted.last(),
+    })
+}
+
+fn emit(v: &serde_json::Value) -> Result<(), BoxError> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{v}")?;
+    out.flush()?;
+    Ok(())
+}
+
+async fn watch(a: WatchArgs) -> Result<(), BoxError> {
+    let conns = a.connections.clamp(1, a.streams.max(1));
+    let mut channels = Vec::with_capacity(conns);
+    for _ in 0..conns {
+        channels.push(connect(a.addr).await?);
+    }
+    let t0 = Instant::now();
+    let mut streams = Vec::with_capacity(a.streams);
+    let mut opening = tokio::task::JoinSet::new();
+    for i in 0..a.streams {
+        let ch = channels[i % conns].clone();
+        opening.spawn(async move {
+            let mut s = ReadinessServiceClient::new(ch)
+                .watch(WatchRequest::default())
+                .await?
+                .into_inner();
+            // The first message is the current report: the stream is live.
+            match s.message().await? {
+                Some(_) => Ok::<_, tonic::Status>(s),
+                None => Err(tonic::Status::unavailable("stream ended at once")),
+            }
+        });
+    }
+    let mut failed = 0usize;
+    let mut first_error = None;
+    while let Some(r) = opening.join_next().await {
+        match r? {
+            Ok(s) => streams.push(s),
+            Err(e) => {
+                failed += 1;
+                first_error.get_or_insert_with(|| e.to_string());
+            }
+        }
+    }
+    let open = streams.len();
+    emit(&json!({
+        "mode": "watch",
+        "streams_open": open,
+        "failed": failed,
+        "first_error": first_error,
+        "connections": conns,
+        "open_ms": t0.elapsed().as_secs_f64() * 1e3,
+    }))?;
+    // Keep reading (heartbeats, changes) so the agent never sees a slow watcher.
+    let mut readers = tokio::task::JoinSet::new();
+    for mut s in streams {
+        readers.spawn(async move { while let Ok(Some(_)) = s.message().await {} });
+    }
+    tokio::time::sleep(a.hold).await;
+    readers.abort_all();
+    if open < a.streams {
+        return Err(format!("only {open} of {} Watch streams opened", a.streams).into());
+    }
+    Ok(())
+}
+
+const LIMIT: &str = "user.max_user_namespaces";
+
+async fn change(a: ChangeArgs) -> Result<(), BoxError> {
+    let ch = connect(a.addr).await?;
+    let mut stream = ReadinessServiceClient::new(ch)
+        .watch(WatchRequest::default())
+        .await?
+        .into_inner();
+    let first = stream
+        .message()
+        .await?
+        .and_then(|m| m.report)
+        .ok_or("Watch sent no first report")?;
+    let start_value: u64 = find_sysctl(&first, LIMIT)
+        .ok_or("the report has no user.max_user_namespaces")?
+        .value
+        .parse()?;
+    // Reports arrive in their own task so none waits in the buffer while we sleep.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Instant, String)>();
+    let reader = tokio::spawn(async move {
+        while let Ok(Some(m)) = stream.message().await {
+            if let Some(v) = m.report.as_ref().and_then(|r| find_sysctl(r, LIMIT)) {
+                if tx.send((Instant::now(), v.value.clone())).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let mut samples_ms = Vec::with_capacity(a.samples);
+    let mut result = Ok(());
+    for i in 0..a.samples {
+        // Alternate between two values; the first differs from the start.
+        let a_value = if start_value == 11255 { 11257 } else { 11255 };
+        let value = if i % 2 == 0 { a_value } else { 11256 };
+        tokio::time::sleep(a.jitter.mul_f64(fastrand::f64())).await;
+        while rx.try_recv().is_ok() {}
+        let t0 = Instant::now();
+        if let Err(e) = write_limit(a.pid, value).await {
+            result = Err(e);
+            break;
+        }
+        let wanted = value.to_string();
+        let seen = tokio::time::timeout(a.timeout, async {
+            while let Some((t, v)) = rx.recv().await {
+                if v == wanted {
+                    return Some(t);
+                }
+            }
+            None
+        })
+        .await;
+        match seen {
+            Ok(Some(t)) => samples_ms.push((t - t0).as_secs_f64() * 1e3),
+            Ok(None) => {
+                result = Err("the Watch stream ended".into());
+                break;
+            }
+            Err(_) => {
+                result =
+                    Err(format!("no report with {LIMIT}={value} within {:?}", a.timeout).into());
+                break;
+            }
+        }
+    }
+    reader.abort();
+    let mut sorted = samples_ms.clone();
+    sorted.sort_by(f64::total_cmp);
+    emit(&json!({
+        "mode": "change",
+        "samples_ms": samples_ms,
+        "summary_ms": summary_f(&sorted),
+        "error": result.as_ref().err().map(|e| e.to_string()),
+    }))?;
+    result
+}
+
+async fn write_limit(pid: u32, value: u64) -> Result<(), BoxError> {
+    let out = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::process::Command::new("nsenter")
+            .args(["-U", "-t", &pid.to_string(), "sh", "-c"])
+            .arg(format!(
+                "echo {value} > /proc/sys/user/{}",
+                "max_user_namespaces"
+            ))
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .map_err(|_| "nsenter took over 5 s")??;
+    if !out.status.success() {
+        return Err(format!(
+            "nsenter failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+        .into());
+    }
+    Ok(())
+}

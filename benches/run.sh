@@ -1,0 +1,371 @@
+#!/usr/bin/env bash
+# The benchmark suite: footprint, latency/throughput, probe cost, change
+# detection and fan-out of sandbox-readiness, all on loopback. Prints a
+# Markdown table (target, measured, met?) and writes it to benches/results.md.
+#
+#   benches/run.sh                 # build (release, static musl) and run everything
+#   SR_BENCH_SKIP_BUILD=1 benches/run.sh   # reuse the binaries already built
+# Also: SR_BENCH_LOAD=path (a built load client), SR_BENCH_BIN=path (another
+# agent build), SR_BENCH_KEEP=1 (keep the raw records in /tmp).
+#
+# Needs: h2load (nghttp2-client), python3, taskset/unshare/nsenter
+# (util-linux), GNU time (package `time`), runsc (for the sandbox probe).
+# Every process it starts runs in its own process group and is killed on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+OUT=$(mktemp -d /tmp/sr-bench.XXXXXX)
+REC=$OUT/records.jsonl
+: >"$REC"
+PIDS=()
+
+cleanup() {
+	local p
+	for p in "${PIDS[@]}"; do
+		kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null || true
+	done
+	sleep 0.3
+	for p in "${PIDS[@]}"; do
+		kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null || true
+	done
+	wait 2>/dev/null || true
+	if [ -n "${SR_BENCH_KEEP:-}" ]; then
+		echo "raw records kept in $OUT" >&2
+	else
+		rm -rf "$OUT"
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+note() { printf '== %s\n' "$*" >&2; }
+rec() { printf '%s\n' "$1" >>"$REC"; }
+
+# Starts "$@" in the background in its own process group (setsid execs in
+# place, so $! is the program's pid and its group id); remembered for cleanup.
+start_bg() {
+	setsid "$@" &
+	LASTPID=$!
+	PIDS+=("$LASTPID")
+}
+
+stop_pid() {
+	kill -TERM -- "-$1" 2>/dev/null || kill -TERM "$1" 2>/dev/null || true
+	wait "$1" 2>/dev/null || true
+}
+
+wait_port() { # port [seconds]
+	local i
+	for ((i = 0; i < ${2:-20} * 20; i++)); do
+		if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+		sleep 0.05
+	done
+	echo "nothing listens on 127.0.0.1:$1" >&2
+	return 1
+}
+
+wait_line() { # file [seconds]: waits until the file has a line
+	local i
+	for ((i = 0; i < ${2:-60} * 10; i++)); do
+		if [ -s "$1" ]; then return 0; fi
+		sleep 0.1
+	done
+	echo "no output in $1" >&2
+	return 1
+}
+
+free_ports() { # n: n distinct free loopback ports, one a line
+	python3 - "$1" <<'EOF'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+for s in socks:
+    print(s.getsockname()[1])
+EOF
+}
+
+# VmRSS and VmHWM (kB) of a pid.
+mem_kb() { awk '/^VmRSS|^VmHWM/ {printf "%s ", $2}' "/proc/$1/status"; }
+# utime stime cutime cstime (clock ticks) of a pid.
+cpu_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{print $12, $13, $14, $15}'; }
+
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+###############################################################################
+note "machine"
+HZ=$(getconf CLK_TCK)
+python3 - "$REC" "$HZ" <<'EOF'
+import json, os, platform, subprocess, sys, datetime
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+free = subprocess.run(["free", "-h"], capture_output=True, text=True).stdout
+with open(sys.argv[1], "a") as f:
+    f.write(json.dumps({"kind": "machine", "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "nproc": os.cpu_count(), "cpu": cpu, "kernel": platform.release(), "free": free,
+        "loadavg_start": open("/proc/loadavg").read().split()[:3], "hz": int(sys.argv[2])}) + "\n")
+EOF
+
+###############################################################################
+X86=target/x86_64-unknown-linux-musl/release/sandbox-readiness
+ARM=target/aarch64-unknown-linux-musl/release/sandbox-readiness
+if [ -z "${SR_BENCH_SKIP_BUILD:-}" ]; then
+	note "build: static musl release binaries (x86_64, aarch64) and the load client"
+	cargo build --release --target x86_64-unknown-linux-musl >&2
+	cargo build --release --target aarch64-unknown-linux-musl >&2 ||
+		note "aarch64 build failed (scripts/install-test-deps.sh installs clang)"
+fi
+# The load client is a bench target; built optimised but without the release
+# profile's size settings (LTO, opt-level z), which would only slow it.
+LOAD_SRC=${SR_BENCH_LOAD:-}
+if [ -z "$LOAD_SRC" ]; then
+	LOAD_SRC=$(CARGO_PROFILE_BENCH_LTO=false CARGO_PROFILE_BENCH_OPT_LEVEL=3 \
+		CARGO_PROFILE_BENCH_CODEGEN_UNITS=16 \
+		cargo bench --bench load --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "load" and m.get("executable"):
+        print(m["executable"])')
+fi
+# SR_BENCH_BIN measures another build of the agent (sizes still come from target/).
+X86_RUN=${SR_BENCH_BIN:-$X86}
+[ -x "$X86_RUN" ] || { echo "no $X86_RUN: build it first" >&2; exit 2; }
+[ -n "$LOAD_SRC" ] || { echo "cannot build the load client" >&2; exit 2; }
+# Private copies: others rebuilding target/ cannot swap them mid-run.
+BIN=$OUT/sandbox-readiness
+LOAD=$OUT/load
+cp "$X86_RUN" "$BIN"
+cp "$LOAD_SRC" "$LOAD"
+
+size_rec() { # arch path: the size as built and after stripping a copy
+	if [ -f "$2" ]; then
+		llvm-strip -o "$OUT/stripped-$1" "$2"
+		rec "{\"kind\":\"size\",\"arch\":\"$1\",\"built\":$(stat -c %s "$2"),\"bytes\":$(stat -c %s "$OUT/stripped-$1"),\"file\":\"$(file -b "$2" | tr -d '"' | cut -c1-100)\"}"
+	else
+		rec "{\"kind\":\"size\",\"arch\":\"$1\",\"bytes\":null}"
+	fi
+}
+size_rec x86_64 "$X86"
+size_rec aarch64 "$ARM"
+
+# The agents in the suite see the same node: runsc from Debian, the CRI
+# drop-ins of the Talos fixture, and no CRI runtime (the socket is absent).
+RUNSC=/usr/bin/runsc
+CONF=$ROOT/tests/fixtures/talos-gvisor/etc/cri/conf.d
+AGENT_FLAGS=(--runsc-path "$RUNSC" --cri-conf-dir "$CONF" --cri-endpoint "unix://$OUT/no-cri.sock")
+
+start_agent() { # name cpu(-1: any) port extra-flags...
+	local name=$1 cpu=$2 port=$3
+	shift 3
+	local pin=()
+	[ "$cpu" -ge 0 ] && pin=(taskset -c "$cpu")
+	start_bg "${pin[@]}" "$BIN" serve --listen "127.0.0.1:$port" "${AGENT_FLAGS[@]}" "$@" \
+		>"$OUT/$name.log" 2>&1 </dev/null
+	wait_port "$port"
+}
+
+###############################################################################
+note "idle: 3 agents for 60 s (sampled in the background while the suite runs)"
+IDLE_PIDS=()
+for i in 1 2 3; do
+	p=$(free_ports 1)
+	start_agent "idle$i" -1 "$p"
+	IDLE_PIDS+=("$LASTPID")
+done
+sleep 2
+declare -A IDLE_T0
+for p in "${IDLE_PIDS[@]}"; do IDLE_T0[$p]="$(cpu_ticks "$p")"; done
+IDLE_START=$(now_ms)
+# Samples them again exactly 60 s later, whatever the suite is doing then
+# (CPU time is per process, so the other benchmarks do not inflate it).
+(
+	while [ $(($(now_ms) - IDLE_START)) -lt 60000 ]; do sleep 0.2; done
+	for p in "${IDLE_PIDS[@]}"; do
+		echo "$p $(($(now_ms) - IDLE_START)) $(cpu_ticks "$p") $(mem_kb "$p")"
+	done >"$OUT/idle-60"
+) &
+IDLE_SAMPLER=$!
+PIDS+=("$IDLE_SAMPLER")
+
+###############################################################################
+note "watchers: 1,000 Watch streams (10 connections; then 1,000 connections)"
+ulimit -n 20000 2>/dev/null || true
+for conns in 10 1000; do
+	port=$(free_ports 1)
+	start_agent "watch$conns" -1 "$port"
+	agent=$LASTPID
+	sleep 1
+	before=$(mem_kb "$agent")
+	start_bg "$LOAD" watch --addr "127.0.0.1:$port" --streams 1000 --connections "$conns" --hold 120s \
+		>"$OUT/watch$conns.json" 2>"$OUT/watch$conns.err"
+	client=$LASTPID
+	wait_line "$OUT/watch$conns.json" 60
+	sleep 2
+	after=$(mem_kb "$agent")
+	read -r rss hwm <<<"$after"
+	read -r rss0 _ <<<"$before"
+	rec "{\"kind\":\"watch\",\"connections\":$conns,\"rss0_kb\":$rss0,\"rss_kb\":$rss,\"hwm_kb\":$hwm,\"client\":$(cat "$OUT/watch$conns.json")}"
+	stop_pid "$client"
+	stop_pid "$agent"
+done
+
+###############################################################################
+printf '\0\0\0\0\0' >"$OUT/empty.grpc"
+H2=(-d "$OUT/empty.grpc" -H 'content-type: application/grpc' -H 'te: trailers')
+GR=sandbox_readiness.v1.ReadinessService/GetReport
+HC=grpc.health.v1.Health/Check
+
+h2rate() { # port method extra-h2load-args...: prints "rate succeeded total"
+	local port=$1 method=$2
+	shift 2
+	taskset -c 1 h2load "${H2[@]}" "$@" "http://127.0.0.1:$port/$method" 2>&1 |
+		awk '/^finished in/ {gsub(",", "", $4); r=$4} /^requests:/ {t=$2; s=$8} END {print r, s, t}'
+}
+
+note "growth: RSS after 50,000 and 100,000 GetReport calls"
+port=$(free_ports 1)
+start_agent growth 0 "$port"
+agent=$LASTPID
+read -r rss0 _ <<<"$(mem_kb "$agent")"
+read -r r1 ok1 _ <<<"$(h2rate "$port" "$GR" -n 50000 -c 16 -m 8)"
+sleep 1
+read -r rss50 hwm50 <<<"$(mem_kb "$agent")"
+read -r r2 ok2 _ <<<"$(h2rate "$port" "$GR" -n 50000 -c 16 -m 8)"
+sleep 1
+read -r rss100 hwm100 <<<"$(mem_kb "$agent")"
+rec "{\"kind\":\"growth\",\"rss0_kb\":$rss0,\"rss50_kb\":$rss50,\"hwm50_kb\":$hwm50,\"rss100_kb\":$rss100,\"hwm100_kb\":$hwm100,\"ok\":$((ok1 + ok2)),\"rates\":[$r1,$r2]}"
+stop_pid "$agent"
+
+###############################################################################
+note "latency: GetReport (cached), agent on CPU 0, load client on CPU 1"
+port=$(free_ports 1)
+start_agent latency 0 "$port"
+agent=$LASTPID
+"$LOAD" unary --addr "127.0.0.1:$port" --rpc get-report --callers 16 --duration 1s >/dev/null # warm-up
+for rep in 1 2 3; do
+	for c in 1 64 256; do
+		taskset -c 1 "$LOAD" unary --addr "127.0.0.1:$port" --rpc get-report --callers "$c" \
+			--duration 3s --label "rep$rep" >>"$OUT/latency.jsonl"
+	done
+	# The same agent's health check, side by side, from the same client.
+	taskset -c 1 "$LOAD" unary --addr "127.0.0.1:$port" --rpc health --callers 64 \
+		--duration 3s --label "rep$rep" >>"$OUT/latency.jsonl"
+	# Open loop: 64 callers at a fixed total rate well under saturation.
+	taskset -c 1 "$LOAD" unary --addr "127.0.0.1:$port" --rpc get-report --callers 64 \
+		--rate 3200 --duration 3s --label "rep$rep-open" >>"$OUT/latency.jsonl"
+done
+while read -r line; do rec "{\"kind\":\"latency\",\"r\":$line}"; done <"$OUT/latency.jsonl"
+
+note "throughput: h2load, GetReport and Health/Check alternating (-c 16 -m 8, then -c 64 -m 1)"
+for shape in "16 8" "64 1"; do
+	read -r conns streams <<<"$shape"
+	for rep in 1 2 3; do
+		read -r g gok _ <<<"$(h2rate "$port" "$GR" -D 3 --warm-up-time 500ms -c "$conns" -m "$streams")"
+		read -r h hok _ <<<"$(h2rate "$port" "$HC" -D 3 --warm-up-time 500ms -c "$conns" -m "$streams")"
+		rec "{\"kind\":\"rate\",\"shape\":\"-c $conns -m $streams\",\"rep\":$rep,\"getreport\":${g:-0},\"health\":${h:-0},\"ok\":[${gok:-0},${hok:-0}]}"
+	done
+done
+stop_pid "$agent"
+
+###############################################################################
+note "probe cost: full observations (GetReport refresh) vs the by-hand script, interleaved"
+port=$(free_ports 1)
+start_agent probe -1 "$port" --min-refresh-interval 0s
+agent=$LASTPID
+for round in 1 2 3; do
+	for i in 1 2 3 4 5 6 7; do
+		s=$EPOCHREALTIME
+		bash benches/byhand.sh "$RUNSC" "$CONF" >/dev/null 2>&1 || true
+		e=$EPOCHREALTIME
+		rec "{\"kind\":\"byhand\",\"ms\":$(python3 -c "print(($e - $s) * 1000)")}"
+	done
+	"$LOAD" unary --addr "127.0.0.1:$port" --rpc refresh --count 7 --label "round$round" >>"$OUT/refresh.jsonl"
+done
+while read -r line; do rec "{\"kind\":\"refresh\",\"r\":$line}"; done <"$OUT/refresh.jsonl"
+
+note "probe cost: the same observation when runsc is absent (no runsc --version)"
+port2=$(free_ports 1)
+start_bg "$BIN" serve --listen "127.0.0.1:$port2" --runsc-path "$OUT/absent/runsc" --cri-conf-dir "$CONF" \
+	--cri-endpoint "unix://$OUT/no-cri.sock" --min-refresh-interval 0s >"$OUT/probe-norunsc.log" 2>&1 </dev/null
+norunsc=$LASTPID
+wait_port "$port2"
+"$LOAD" unary --addr "127.0.0.1:$port2" --rpc refresh --count 21 >"$OUT/norunsc.json"
+rec "{\"kind\":\"refresh_norunsc\",\"r\":$(cat "$OUT/norunsc.json")}"
+stop_pid "$norunsc"
+for i in $(seq 10); do
+	s=$EPOCHREALTIME
+	timeout 5 "$RUNSC" --version >/dev/null 2>&1 || true
+	e=$EPOCHREALTIME
+	rec "{\"kind\":\"runsc_version\",\"ms\":$(python3 -c "print(($e - $s) * 1000)")}"
+done
+
+note "probe cost: the sandbox probe (GetReport sandbox_probe), 20 runs"
+"$LOAD" unary --addr "127.0.0.1:$port" --rpc sandbox --count 20 >"$OUT/sandbox.json"
+rec "{\"kind\":\"sandbox\",\"r\":$(cat "$OUT/sandbox.json")}"
+for i in 1 2 3 4 5; do
+	s=$EPOCHREALTIME
+	timeout 20 "$RUNSC" --rootless --network=none do true >/dev/null 2>&1 && st=0 || st=$?
+	e=$EPOCHREALTIME
+	rec "{\"kind\":\"runsc_byhand\",\"status\":$st,\"ms\":$(python3 -c "print(($e - $s) * 1000)")}"
+done
+stop_pid "$agent"
+
+###############################################################################
+note "change detection: agent in a child user namespace, default poll interval"
+port=$(free_ports 1)
+start_bg unshare -U -r sh -c 'exec "$0" "$@"' "$BIN" serve --listen "127.0.0.1:$port" \
+	"${AGENT_FLAGS[@]}" >"$OUT/change.log" 2>&1 </dev/null
+agent=$LASTPID
+wait_port "$port"
+"$LOAD" change --addr "127.0.0.1:$port" --pid "$agent" --samples 12 >"$OUT/change.json" || true
+rec "{\"kind\":\"change\",\"r\":$(cat "$OUT/change.json")}"
+stop_pid "$agent"
+
+###############################################################################
+note "idle: the idle agents' 60 s samples"
+wait "$IDLE_SAMPLER" || true
+while read -r p elapsed u1 s1 cu1 cs1 rss hwm; do
+	read -r u0 s0 cu0 cs0 <<<"${IDLE_T0[$p]}"
+	rec "{\"kind\":\"idle\",\"ms\":$elapsed,\"self_ticks\":$((u1 + s1 - u0 - s0)),\"child_ticks\":$((cu1 + cs1 - cu0 - cs0)),\"rss_kb\":$rss,\"hwm_kb\":$hwm}"
+done <"$OUT/idle-60"
+for p in "${IDLE_PIDS[@]}"; do stop_pid "$p"; done
+
+###############################################################################
+if "$BIN" check --help >/dev/null 2>&1; then
+	note "fan-out: check over 1,000 endpoints (20 agents x 50 listen addresses)"
+	FAN_TIMEOUT=2
+	free_ports 1100 >"$OUT/ports"
+	head -n 1000 "$OUT/ports" >"$OUT/agent-ports"
+	tail -n 100 "$OUT/ports" >"$OUT/hole-ports"
+	for a in $(seq 0 19); do
+		args=()
+		while read -r p; do args+=(--listen "127.0.0.1:$p"); done < <(sed -n "$((a * 50 + 1)),$((a * 50 + 50))p" "$OUT/agent-ports")
+		start_bg "$BIN" serve "${args[@]}" "${AGENT_FLAGS[@]}" >"$OUT/fan$a.log" 2>&1 </dev/null
+	done
+	while read -r p; do wait_port "$p" 30; done <"$OUT/agent-ports"
+	start_bg python3 benches/blackhole.py --ports-file "$OUT/hole-ports" --lifetime 300 >"$OUT/hole.out" 2>&1
+	wait_line "$OUT/hole.out" 20
+	sed 's/^/127.0.0.1:/' "$OUT/agent-ports" >"$OUT/nodes-up"
+	{ head -n 900 "$OUT/agent-ports"; cat "$OUT/hole-ports"; } | sed 's/^/127.0.0.1:/' >"$OUT/nodes-holed"
+	limit=$(cat /proc/sys/user/max_user_namespaces)
+	for scenario in up holed; do
+		for rep in 1 2 3; do
+			st=0
+			/usr/bin/time -f '%e %M' -o "$OUT/time" "$BIN" check --nodes-file "$OUT/nodes-$scenario" \
+				--timeout "${FAN_TIMEOUT}s" --sysctl "user.max_user_namespaces=$limit" \
+				>"$OUT/check.out" 2>"$OUT/check.err" || st=$?
+			read -r wall maxrss <<<"$(tail -n 1 "$OUT/time")"
+			rows=$(grep -c '^127\.0\.0\.1:' "$OUT/check.out" || true)
+			rec "{\"kind\":\"fanout\",\"scenario\":\"$scenario\",\"rep\":$rep,\"exit\":$st,\"wall_s\":$wall,\"maxrss_kb\":$maxrss,\"rows\":$rows,\"timeout_s\":$FAN_TIMEOUT}"
+			[ "$scenario" = up ] && [ "$st" -ne 0 ] && head -n 5 "$OUT/check.err" "$OUT/check.out" >&2
+		done
+	done
+else
+	rec '{"kind":"fanout_pending"}'
+fi
+
+python3 -c "import json;print(json.dumps({'kind':'loadavg_end','v':open('/proc/loadavg').read().split()[:3]}))" >>"$REC"
+python3 benches/summarize.py "$REC" benches/results.md

@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Turns the suite's raw records (JSON lines written by benches/run.sh) into
+the Markdown results: machine, a table of target / measured / met?, and the
+distributions behind it. Usage: summarize.py RECORDS.jsonl OUT.md"""
+
+import json
+import statistics
+import sys
+
+MIB = 1024 * 1024
+
+
+def pct(values, p):
+    """Nearest-rank percentile."""
+    v = sorted(values)
+    if not v:
+        return None
+    k = max(1, min(len(v), -(-len(v) * p // 100)))
+    return v[int(k) - 1]
+
+
+def med(values):
+    return statistics.median(values) if values else None
+
+
+def rng(values, fmt):
+    if not values:
+        return "n/a"
+    return f"{fmt(min(values))}–{fmt(max(values))}"
+
+
+def ms(v):
+    if v is None:
+        return "n/a"
+    if v < 1:
+        return f"{v * 1000:.0f} µs"
+    if v < 100:
+        return f"{v:.2f} ms"
+    return f"{v:.0f} ms"
+
+
+def mib_kb(kb):
+    return f"{kb / 1024:.2f} MiB"
+
+
+def dist(values, unit=ms):
+    """median, p10–p90, min–max, n"""
+    if not values:
+        return "n/a"
+    return (f"median {unit(med(values))}, p10–p90 {unit(pct(values, 10))}–{unit(pct(values, 90))}, "
+            f"min–max {unit(min(values))}–{unit(max(values))} (n={len(values)})")
+
+
+def yes(ok):
+    if ok is None:
+        return "pending"
+    return "yes" if ok else "**no**"
+
+
+def main():
+    recs = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+    by = {}
+    for r in recs:
+        by.setdefault(r["kind"], []).append(r)
+    rows = []
+    details = []
+
+    machine = by.get("machine", [{}])[0]
+    hz = machine.get("hz", 100)
+
+    # Footprint: sizes.
+    for s in by.get("size", []):
+        b = s.get("bytes")
+        if s["arch"] == "x86_64":
+            rows.append(("Static x86_64 binary (stripped)", "≤ 4 MiB",
+                         f"{b / MIB:.2f} MiB ({b:,} B)" if b else "not built",
+                         yes(b is not None and b <= 4 * MIB)))
+        else:
+            rows.append(("Static aarch64 binary (stripped)", "— (reported)",
+                         f"{b / MIB:.2f} MiB ({b:,} B)" if b else "not built", "—"))
+
+    idle = by.get("idle", [])
+    if idle:
+        rss = [r["rss_kb"] for r in idle]
+        hwm = [r["hwm_kb"] for r in idle]
+        rows.append(("Idle RSS after 60 s (VmRSS; 3 agents)", "≤ 4 MiB",
+                     f"median {mib_kb(med(rss))} (range {rng(rss, mib_kb)}); VmHWM {mib_kb(med(hwm))}",
+                     yes(med(rss) <= 4096)))
+        cpu = [(r["self_ticks"] + r["child_ticks"]) / hz / (r["ms"] / 1000) * 100 for r in idle]
+        own = [r["self_ticks"] / hz / (r["ms"] / 1000) * 100 for r in idle]
+        rows.append(("Idle CPU over 60 s, % of one core (agent + its probe children)", "≤ 0.2 %",
+                     f"median {med(cpu):.3f} % (range {rng(cpu, lambda v: f'{v:.3f}')}); agent alone {med(own):.3f} %",
+                     yes(med(cpu) <= 0.2)))
+
+    for w in by.get("watch", []):
+        c = w["client"]
+        label = "1,000 Watch streams on 10 connections" if w["connections"] == 10 else \
+            f"1,000 Watch streams on {w['connections']} connections"
+        rows.append((f"RSS with {label}", "≤ 24 MiB",
+                     f"VmRSS {mib_kb(w['rss_kb'])} (VmHWM {mib_kb(w['hwm_kb'])}; before {mib_kb(w['rss0_kb'])}); "
+                     f"{c.get('streams_open')} open in {c.get('open_ms', 0):.0f} ms",
+                     yes(w["rss_kb"] <= 24 * 1024 and c.get("streams_open") == 1000)))
+
+    for g in by.get("growth", []):
+        d = g["rss100_kb"] - g["rss50_kb"]
+        ok = g["ok"] == 100000 and g["rss100_kb"] <= g["rss50_kb"] * 1.02
+        rows.append(("RSS after 50,000 → 100,000 GetReport calls", "no growth (≤ 2 %)",
+                     f"{mib_kb(g['rss50_kb'])} → {mib_kb(g['rss100_kb'])} (Δ {d:+d} kB; start {mib_kb(g['rss0_kb'])}, "
+                     f"VmHWM {mib_kb(g['hwm100_kb'])}; {g['ok']} calls ok)", yes(ok)))
+
+    # Latency (closed loop, per-call timing by the Rust client).
+    lat = [r["r"] for r in by.get("latency", [])]
+    closed = [r for r in lat if r["rpc"] == "GetReport" and r["offered_rate"] == 0]
+    for c in (1, 64, 256):
+        runs = [r for r in closed if r["callers"] == c]
+        if not runs:
+            continue
+        p50 = [r["p50_ms"] for r in runs]
+        p99 = [r["p99_ms"] for r in runs]
+        rate = [r["rate"] for r in runs]
+        errs = sum(r["errors"] for r in runs)
+        target = "p99 ≤ 2 ms" if c == 64 else "— (reported)"
+        met = yes(med(p99) <= 2.0 and errs == 0) if c == 64 else "—"
+        rows.append((f"GetReport latency, {c} caller{'s' if c > 1 else ''} (closed loop)", target,
+                     f"p50 {ms(med(p50))} ({rng(p50, ms)}), p99 {ms(med(p99))} ({rng(p99, ms)}); "
+                     f"{med(rate):,.0f} calls/s; {errs} errors; {len(runs)} runs", met))
+    opened = [r for r in lat if r["rpc"] == "GetReport" and r["offered_rate"] > 0]
+    if opened:
+        p50 = [r["p50_ms"] for r in opened]
+        p99 = [r["p99_ms"] for r in opened]
+        rate = [r["rate"] for r in opened]
+        rows.append((f"GetReport latency, 64 callers at {opened[0]['offered_rate']:,.0f} calls/s in all (open loop)",
+                     "— (reported)", f"p50 {ms(med(p50))}, p99 {ms(med(p99))} ({rng(p99, ms)}); "
+                     f"{med(rate):,.0f} calls/s achieved", "—"))
+    health = [r for r in lat if r["rpc"] == "Health"]
+    if health and closed:
+        ratios = []
+        for h in health:
+            g = [r for r in closed if r["callers"] == 64 and r["label"] == h["label"]]
+            if g:
+                ratios.append(g[0]["rate"] / h["rate"])
+        hr = [h["rate"] for h in health]
+        rows.append(("GetReport / Health rate, Rust client, 64 callers, same run", "≥ 0.80 (reported)",
+                     f"ratio {med(ratios):.2f} ({rng(ratios, lambda v: f'{v:.2f}')}); Health {med(hr):,.0f} calls/s",
+                     "—"))
+
+    rates = by.get("rate", [])
+    for shape in sorted({r.get("shape", "-c 16 -m 8") for r in rates}, key=lambda x: x != "-c 16 -m 8"):
+        rs = [r for r in rates if r.get("shape", "-c 16 -m 8") == shape]
+        g = [r["getreport"] for r in rs]
+        h = [r["health"] for r in rs]
+        ratios = [r["getreport"] / r["health"] for r in rs if r["health"]] or [0.0]
+        rows.append((f"Highest sustained GetReport rate (h2load {shape}, agent on one core)", "— (reported)",
+                     f"median {med(g):,.0f} calls/s ({rng(g, lambda v: f'{v:,.0f}')})", "—"))
+        rows.append((f"GetReport rate / Health/Check rate (h2load {shape}, alternating, same agent)", "≥ 0.80",
+                     f"ratio {med(ratios):.2f} ({rng(ratios, lambda v: f'{v:.2f}')}); Health {med(h):,.0f} calls/s",
+                     yes(med(ratios) >= 0.8)))
+
+    # Probe cost.
+    refresh = []
+    userns_ms, idmap_ms = [], []
+    for r in by.get("refresh", []):
+        refresh += r["r"].get("samples_ms") or []
+        pm = r["r"].get("probes_ms", {})
+    byhand = [r["ms"] for r in by.get("byhand", [])]
+    if refresh:
+        rows.append(("Full observation, no sandbox probe (GetReport refresh=true)", "≤ 20 ms median",
+                     dist(refresh), yes(med(refresh) <= 20)))
+    if refresh and byhand:
+        ratio = med(byhand) / med(refresh)
+        rows.append(("By-hand shell script / full observation (medians, interleaved)", "≥ 5×",
+                     f"{ratio:.1f}× (script {dist(byhand)})", yes(ratio >= 5)))
+    nr = by.get("refresh_norunsc", [])
+    rv = [r["ms"] for r in by.get("runsc_version", [])]
+    if nr:
+        samples = nr[0]["r"].get("samples_ms") or []
+        extra = f"; `runsc --version` alone {dist(rv)}" if rv else ""
+        ratio = f"; by-hand script / this {med(byhand) / med(samples):.0f}×" if byhand and samples else ""
+        rows.append(("Full observation with runsc absent (so no `runsc --version`)", "— (reported)",
+                     dist(samples) + ratio + extra, "—"))
+    sb = by.get("sandbox", [])
+    if sb:
+        r = sb[0]["r"]
+        samples = r.get("samples_ms") or []
+        probe = r.get("probes_ms", {}).get("sandbox", {})
+        outcomes = {k.replace("sandbox_outcome_", "outcome "): v["n"] for k, v in r.get("probes_ms", {}).items()
+                    if k.startswith("sandbox_outcome_")}
+        rows.append(("Sandbox probe (GetReport sandbox_probe=true, runsc do true)", "— (reported)",
+                     f"call {dist(samples)}; the probe itself median {ms(probe.get('p50'))} "
+                     f"({ms(probe.get('min'))}–{ms(probe.get('max'))}); {outcomes} (1 = passed)", "—"))
+    rb = by.get("runsc_byhand", [])
+    if rb:
+        rows.append(("`runsc --rootless --network=none do true` by hand", "— (reported)",
+                     f"{dist([r['ms'] for r in rb])}; exit {sorted({r['status'] for r in rb})}", "—"))
+
+    ch = by.get("change", [])
+    if ch:
+        r = ch[0]["r"]
+        s = [v / 1000 for v in r.get("samples_ms", [])]
+        sec = lambda v: f"{v:.2f} s"
+        ok = len(s) >= 10 and max(s) <= 2.5 and not r.get("error")
+        rows.append(("Change detection: write user.max_user_namespaces → Watch report (poll 2 s)", "≤ 2.5 s (every sample)",
+                     dist(s, sec) + (f"; error: {r['error']}" if r.get("error") else ""), yes(ok)))
+
+    fan = by.get("fanout", [])
+    if fan:
+        for scen, label in (("up", "all converged"), ("holed", "100 black-holed")):
+            runs = [r for r in fan if r["scenario"] == scen]
+            if not runs:
+                continue
+            wall = [r["wall_s"] for r in runs]
+            rss = [r["maxrss_kb"] for r in runs]
+            t = runs[0]["timeout_s"]
+            if scen == "up":
+                target = "≤ 2 s"
+                ok = med(wall) <= 2 and all(r["exit"] == 0 for r in runs)
+            else:
+                target = f"≤ deadline + 1 s = {t + 1} s"
+                ok = med(wall) <= t + 1 and all(r["exit"] == 1 for r in runs)
+            rows.append((f"`check` over 1,000 endpoints, {label}", target,
+                         f"wall median {med(wall):.2f} s ({rng(wall, lambda v: f'{v:.2f}')}); peak RSS "
+                         f"{mib_kb(med(rss))}; exit {[r['exit'] for r in runs]}; rows {runs[0]['rows']}", yes(ok)))
+    elif by.get("fanout_pending"):
+        for label, target in (("all converged", "≤ 2 s"), ("100 black-holed", "≤ deadline + 1 s")):
+            rows.append((f"`check` over 1,000 endpoints, {label}", target,
+                         "pending: `check` is not in this binary yet", "pending"))
+
+    end = by.get("loadavg_end", [{}])[0].get("v")
+    out = []
+    out.append(f"Run: {machine.get('date')} — {machine.get('nproc')} CPUs ({machine.get('cpu')}), "
+               f"kernel {machine.get('kernel')}; load average at start {' '.join(machine.get('loadavg_start', []))}, "
+               f"at end {' '.join(end or [])}.")
+    out.append("")
+    out.append("```")
+    out.append(machine.get("free", "").rstrip())
+    out.append("```")
+    out.append("")
+    out.append("| measure | target | measured | met? |")
+    out.append("|---|---|---|---|")
+    for r in rows:
+        out.append("| " + " | ".join(x.replace("|", "\\|") for x in r) + " |")
+    text = "\n".join(out) + "\n"
+    with open(sys.argv[2], "w") as f:
+        f.write("# Benchmark results (written by benches/run.sh)\n\n" + text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
