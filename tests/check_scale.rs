@@ -9,7 +9,7 @@ mod check_support;
 
 use std::{net::SocketAddr, time::Duration};
 
-use check_support::{args, check, free_port_on, Agent, AgentSpec, HungListener};
+use check_support::{args, check, free_ports_on, Agent, AgentSpec, HungListener};
 
 const PER_AGENT: usize = 50;
 
@@ -18,8 +18,9 @@ fn agents(n: usize) -> Vec<Agent> {
         .map(|i| {
             // Each agent on its own loopback address, 50 ports there.
             let ip = format!("127.0.1.{}", i + 1);
-            let listens: Vec<SocketAddr> = (0..PER_AGENT)
-                .map(|_| format!("{ip}:{}", free_port_on(&ip)).parse().unwrap())
+            let listens: Vec<SocketAddr> = free_ports_on(&ip, PER_AGENT)
+                .into_iter()
+                .map(|port| format!("{ip}:{port}").parse().unwrap())
                 .collect();
             Agent::start(AgentSpec::new(11255, listens))
         })

@@ -27,6 +27,17 @@ pub fn free_port_on(ip: &str) -> u16 {
         .expect("no free port")
 }
 
+/// `n` distinct free ports on `ip`: all are held until every one is
+/// chosen, since the kernel may hand a just-released port out again.
+pub fn free_ports_on(ip: &str, n: usize) -> Vec<u16> {
+    let held: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind((ip, 0)).expect("no free port"))
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().expect("bound").port())
+        .collect()
+}
+
 pub fn free_port() -> u16 {
     free_port_on("127.0.0.1")
 }
