@@ -731,6 +731,10 @@ async fn round(agent: &Agent, n: usize, hello: Vec<u8>, base_fds: usize) -> Roun
         .await
         .expect("open");
     let opened_in = t.elapsed();
+    // A client's connect() completes once the kernel queues the connection,
+    // before the agent accepts it; on a loaded machine the agent may need a
+    // few seconds to drain the queue, so wait for it rather than a fixed time.
+    wait_fds(pid, base_fds + n, false, Duration::from_secs(20)).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let held_fds = fds(pid);
     let peak = mem(pid);
