@@ -41,6 +41,16 @@ fn sysctl_mark(s: &Sysctl) -> Option<bool> {
     }
 }
 
+fn sysctl_line(out: &mut String, s: &Sysctl) {
+    let _ = writeln!(
+        out,
+        "  {} {:<45} {}",
+        mark(sysctl_mark(s)),
+        s.name,
+        sysctl_display(s)
+    );
+}
+
 fn probe_line(out: &mut String, name: &str, p: Option<&Probe>) {
     let outcome = p.map(|p| ProbeOutcome::try_from(p.outcome).unwrap_or(ProbeOutcome::Unspecified));
     let m = match outcome {
@@ -106,13 +116,7 @@ pub fn report_table(r: &Report) -> String {
             let _ = writeln!(out, "  ! {}", u.namespace_note);
         }
         for s in &u.sysctls {
-            let _ = writeln!(
-                out,
-                "  {} {:<45} {}",
-                mark(sysctl_mark(s)),
-                s.name,
-                sysctl_display(s)
-            );
+            sysctl_line(&mut out, s);
         }
         probe_line(
             &mut out,
@@ -124,13 +128,7 @@ pub fn report_table(r: &Report) -> String {
     if !r.sysctls.is_empty() {
         let _ = writeln!(out, "\nOther sysctls");
         for s in &r.sysctls {
-            let _ = writeln!(
-                out,
-                "  {} {:<45} {}",
-                mark(sysctl_mark(s)),
-                s.name,
-                sysctl_display(s)
-            );
+            sysctl_line(&mut out, s);
         }
     }
     if let Some(g) = &r.gvisor {

@@ -14,36 +14,28 @@ use serde_json::Value;
 use support::containerd::{Containerd, Options};
 
 fn probe(endpoint: &str, conf_dir: &std::path::Path, extra: &[&str]) -> (i32, Value, String) {
-    let mut c = Command::new(BIN);
-    c.args([
-        "probe",
-        "--cri-endpoint",
-        endpoint,
-        "--runsc-path",
-        "/usr/bin/runsc",
-    ])
-    .arg("--cri-conf-dir")
-    .arg(conf_dir)
-    .args(["--require-runtime-handler", "runsc"])
-    .args(extra);
-    let mut json = c;
-    json.args(["-o", "json"]);
-    let out = run(json);
+    let command = |json: bool| {
+        let mut c = Command::new(BIN);
+        c.args([
+            "probe",
+            "--cri-endpoint",
+            endpoint,
+            "--runsc-path",
+            "/usr/bin/runsc",
+        ])
+        .arg("--cri-conf-dir")
+        .arg(conf_dir)
+        .args(["--require-runtime-handler", "runsc"])
+        .args(extra);
+        if json {
+            c.args(["-o", "json"]);
+        }
+        c
+    };
+    let out = run(command(true));
     let doc: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
-    let mut t = Command::new(BIN);
-    t.args([
-        "probe",
-        "--cri-endpoint",
-        endpoint,
-        "--runsc-path",
-        "/usr/bin/runsc",
-    ])
-    .arg("--cri-conf-dir")
-    .arg(conf_dir)
-    .args(["--require-runtime-handler", "runsc"])
-    .args(extra);
-    let table = String::from_utf8_lossy(&run(t).stdout).into_owned();
+    let table = String::from_utf8_lossy(&run(command(false)).stdout).into_owned();
     (out.status.code().unwrap_or(-1), doc, table)
 }
 
