@@ -42,12 +42,13 @@ impl From<TlsStream<TcpStream>> for Io {
     }
 }
 
-/// Runs `$body` with `$io` bound to the pinned inner stream, whichever kind.
+/// Runs `$body` with `$io` bound to the pinned stream to write to, whichever kind.
 macro_rules! with_io {
     ($self:expr, $io:ident => $body:expr) => {
         match $self {
+            // Writes go straight to the socket; only reads replay the preface.
             Io::Plain(c) => {
-                let $io = Pin::new(c);
+                let $io = Pin::new(&mut c.0);
                 $body
             }
             Io::Tls(c) => {
@@ -64,7 +65,10 @@ impl AsyncRead for Io {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        with_io!(self.get_mut(), io => io.poll_read(cx, buf))
+        match self.get_mut() {
+            Io::Plain(c) => Pin::new(c).poll_read(cx, buf),
+            Io::Tls(c) => Pin::new(c.as_mut()).poll_read(cx, buf),
+        }
     }
 }
 
@@ -256,13 +260,6 @@ async fn preface(stream: &mut TcpStream) -> bool {
 #[derive(Debug)]
 pub struct PlainConn(TcpStream, usize);
 
-impl Connected for PlainConn {
-    type ConnectInfo = TcpConnectInfo;
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.0.connect_info()
-    }
-}
-
 impl AsyncRead for PlainConn {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -278,32 +275,6 @@ impl AsyncRead for PlainConn {
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut this.0).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for PlainConn {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
-    }
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().0).poll_flush(cx)
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
-    }
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().0).poll_write_vectored(cx, bufs)
-    }
-    fn is_write_vectored(&self) -> bool {
-        self.0.is_write_vectored()
     }
 }
 
