@@ -262,7 +262,7 @@ while read -r line; do rec "{\"kind\":\"latency\",\"r\":$line}"; done <"$OUT/lat
 note "throughput: h2load, GetReport and Health/Check alternating (-c 16 -m 8, then -c 64 -m 1)"
 for shape in "16 8" "64 1"; do
 	read -r conns streams <<<"$shape"
-	for rep in 1 2 3; do
+	for rep in 1 2 3 4 5; do
 		read -r g gok _ <<<"$(h2rate "$port" "$GR" -D 3 --warm-up-time 500ms -c "$conns" -m "$streams")"
 		read -r h hok _ <<<"$(h2rate "$port" "$HC" -D 3 --warm-up-time 500ms -c "$conns" -m "$streams")"
 		rec "{\"kind\":\"rate\",\"shape\":\"-c $conns -m $streams\",\"rep\":$rep,\"getreport\":${g:-0},\"health\":${h:-0},\"ok\":[${gok:-0},${hok:-0}]}"
