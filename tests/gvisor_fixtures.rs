@@ -798,3 +798,47 @@ async fn runsc_version_failures() {
         b[0].error
     );
 }
+
+/// `runsc --version` runs once per binary identity: a second observation of
+/// the same file reuses the answer; a rewritten file is asked again.
+#[tokio::test]
+async fn runsc_version_is_asked_once_per_binary() {
+    let dir = tempfile::tempdir().unwrap();
+    let runsc = dir.path().join("runsc");
+    let calls = dir.path().join("calls");
+    let script = |version: &str| {
+        format!(
+            "#!/bin/sh\necho x >> '{}'\necho 'runsc version {version}'\necho 'spec: 1.1.0'\n",
+            calls.display()
+        )
+    };
+    std::fs::write(&runsc, script("release-20260810.0")).unwrap();
+    chmod(&runsc, 0o755);
+    let shim = dir.path().join("shim");
+    let count = || {
+        std::fs::read_to_string(&calls)
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    };
+
+    let first =
+        sandbox_readiness::observe::gvisor::observe_binaries(&runsc, &shim, Duration::from_secs(2))
+            .await;
+    let second =
+        sandbox_readiness::observe::gvisor::observe_binaries(&runsc, &shim, Duration::from_secs(2))
+            .await;
+    assert_eq!(first[0].version, "release-20260810.0");
+    assert_eq!(second[0].version, "release-20260810.0");
+    assert_eq!(count(), 1, "the unchanged binary was asked again");
+
+    // An upgrade replaces the file: the new version is seen.
+    let new = dir.path().join("runsc.new");
+    std::fs::write(&new, script("release-20261101.0")).unwrap();
+    chmod(&new, 0o755);
+    std::fs::rename(&new, &runsc).unwrap();
+    let third =
+        sandbox_readiness::observe::gvisor::observe_binaries(&runsc, &shim, Duration::from_secs(2))
+            .await;
+    assert_eq!(third[0].version, "release-20261101.0");
+    assert_eq!(count(), 2);
+}

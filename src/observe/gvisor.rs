@@ -87,7 +87,7 @@ pub fn default_shim_path(host: &HostPaths) -> PathBuf {
 pub async fn observe_binaries(runsc: &Path, shim: &Path, exec_timeout: Duration) -> Vec<Binary> {
     let mut r = stat_binary(RUNSC, runsc);
     if r.present && r.regular_file && r.executable {
-        let v = runsc_version(runsc, exec_timeout).await;
+        let v = cached_runsc_version(runsc, exec_timeout).await;
         r.version = v.version;
         r.version_raw = v.raw;
         r.error = v.error;
@@ -119,10 +119,55 @@ fn stat_binary(name: &str, path: &Path) -> Binary {
     b
 }
 
+#[derive(Debug, Clone)]
 struct VersionResult {
     version: String,
     raw: String,
     error: String,
+}
+
+/// Identity of a binary on disk: a replaced or rewritten file changes it.
+type FileKey = (PathBuf, u64, u64, u64, i64, i64, i64, i64);
+
+fn file_key(path: &Path) -> Option<FileKey> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((
+        path.to_path_buf(),
+        m.dev(),
+        m.ino(),
+        m.size(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec(),
+    ))
+}
+
+/// `runsc --version` costs a Go process start (tens of milliseconds, most of
+/// an observation), and its answer cannot change while the file does not:
+/// the last good answer is kept for as long as the binary's identity holds.
+async fn cached_runsc_version(runsc: &Path, timeout: Duration) -> VersionResult {
+    static CACHE: std::sync::Mutex<Option<(FileKey, VersionResult)>> = std::sync::Mutex::new(None);
+    let key = file_key(runsc);
+    if let Some(key) = &key {
+        let cache = CACHE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, v)) = cache.as_ref().filter(|(k, _)| k == key) {
+            return v.clone();
+        }
+    }
+    let v = runsc_version(runsc, timeout).await;
+    // Only a clean answer for an unchanged file is worth keeping.
+    if v.error.is_empty() && key.is_some() && key == file_key(runsc) {
+        if let Some(key) = key {
+            *CACHE
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((key, v.clone()));
+        }
+    }
+    v
 }
 
 async fn runsc_version(runsc: &Path, timeout: Duration) -> VersionResult {
