@@ -13,4 +13,4 @@ echo "== clippy"
 cargo clippy --all-targets --locked -- -D warnings
 echo "== tests"
 # Property tests run a bounded number of cases (proptest default, 256 each).
-cargo test --locked --all-targets -- --test-threads="${TEST_THREADS:-4}"
+cargo test --locked --lib --bins --tests -- --test-threads="${TEST_THREADS:-4}"
