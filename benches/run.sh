@@ -13,6 +13,9 @@
 # Every process it starts runs in its own process group and is killed on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The same Debian packages and Rust targets the tests use (h2load, GNU time,
+# llvm-strip, runsc, clang for the aarch64 build).
+scripts/install-test-deps.sh >&2
 ROOT=$PWD
 
 OUT=$(mktemp -d /tmp/sr-bench.XXXXXX)

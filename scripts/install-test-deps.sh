@@ -2,14 +2,16 @@
 # Installs what the tests need on a fresh Debian machine (run as root):
 # Debian's containerd and runsc (real parts for the CRI and sandbox tests),
 # umoci/skopeo (extension image), qemu-user-static (the aarch64 binary),
-# clang (ring's C for aarch64), nghttp2-client (h2load for the benchmarks),
+# clang (ring's C for aarch64), nghttp2-client, GNU time and llvm-strip (the
+# benchmarks), jq (the extension's image index),
 # the Rust musl targets, and grpcurl (reflection test).
 set -euo pipefail
 
 need_apt=()
 for pair in containerd:containerd runsc:runsc umoci:umoci skopeo:skopeo \
             qemu-aarch64-static:qemu-user-static h2load:nghttp2-client clang:clang \
-            nsenter:util-linux readelf:binutils; do
+            nsenter:util-linux readelf:binutils llvm-strip:llvm /usr/bin/time:time \
+            jq:jq; do
   bin=${pair%%:*} pkg=${pair#*:}
   command -v "$bin" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
