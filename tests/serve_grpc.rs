@@ -176,57 +176,43 @@ async fn health_and_reflection_v1_and_v1alpha() {
         .into_inner();
     assert_eq!(resp.status, 1, "SERVING");
 
-    {
-        use tonic_reflection::pb::v1::{
-            server_reflection_client::ServerReflectionClient,
-            server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
-            ServerReflectionRequest,
-        };
-        let mut r = ServerReflectionClient::new(channel.clone());
-        let req = ServerReflectionRequest {
-            host: String::new(),
-            message_request: Some(MessageRequest::ListServices(String::new())),
-        };
-        let mut stream = r
-            .server_reflection_info(tokio_stream::iter(vec![req]))
-            .await
-            .expect("reflection v1")
-            .into_inner();
-        let msg = stream.next().await.expect("answer").expect("ok");
-        let Some(MessageResponse::ListServicesResponse(list)) = msg.message_response else {
-            panic!("unexpected answer")
-        };
-        let names: Vec<_> = list.service.iter().map(|s| s.name.as_str()).collect();
+    // Both reflection versions, through the same steps (grpcurl ≥ 1.8.8
+    // speaks v1, older ones v1alpha).
+    macro_rules! list_services {
+        ($version:ident) => {{
+            use tonic_reflection::pb::$version::{
+                server_reflection_client::ServerReflectionClient,
+                server_reflection_request::MessageRequest,
+                server_reflection_response::MessageResponse, ServerReflectionRequest,
+            };
+            let mut r = ServerReflectionClient::new(channel.clone());
+            let req = ServerReflectionRequest {
+                host: String::new(),
+                message_request: Some(MessageRequest::ListServices(String::new())),
+            };
+            let mut stream = r
+                .server_reflection_info(tokio_stream::iter(vec![req]))
+                .await
+                .expect(stringify!($version))
+                .into_inner();
+            let msg = stream.next().await.expect("answer").expect("ok");
+            let Some(MessageResponse::ListServicesResponse(list)) = msg.message_response else {
+                panic!("unexpected answer")
+            };
+            list.service.into_iter().map(|s| s.name).collect::<Vec<_>>()
+        }};
+    }
+    for names in [list_services!(v1), list_services!(v1alpha)] {
         assert!(
-            names.contains(&"sandbox_readiness.v1.ReadinessService"),
+            names
+                .iter()
+                .any(|n| n == "sandbox_readiness.v1.ReadinessService"),
             "{names:?}"
         );
-        assert!(names.contains(&"grpc.health.v1.Health"), "{names:?}");
-    }
-    {
-        use tonic_reflection::pb::v1alpha::{
-            server_reflection_client::ServerReflectionClient,
-            server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
-            ServerReflectionRequest,
-        };
-        let mut r = ServerReflectionClient::new(channel);
-        let req = ServerReflectionRequest {
-            host: String::new(),
-            message_request: Some(MessageRequest::ListServices(String::new())),
-        };
-        let mut stream = r
-            .server_reflection_info(tokio_stream::iter(vec![req]))
-            .await
-            .expect("reflection v1alpha")
-            .into_inner();
-        let msg = stream.next().await.expect("answer").expect("ok");
-        let Some(MessageResponse::ListServicesResponse(list)) = msg.message_response else {
-            panic!("unexpected answer")
-        };
-        assert!(list
-            .service
-            .iter()
-            .any(|s| s.name == "sandbox_readiness.v1.ReadinessService"));
+        assert!(
+            names.iter().any(|n| n == "grpc.health.v1.Health"),
+            "{names:?}"
+        );
     }
 }
 
