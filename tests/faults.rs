@@ -21,12 +21,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::Agent;
+use common::{connect, fds, pct, Agent};
 use sandbox_readiness::proto::v1::{
     readiness_service_client::ReadinessServiceClient, CheckRequest, CheckResponse, DesiredState,
     GetReportRequest, GvisorReadiness, ProbeOutcome, Report, SysctlState,
 };
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// The latency tests share two cores with everything else in this binary.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -115,12 +115,6 @@ impl Drop for HungCri {
 
 // ------------------------------------------------------------------ /proc
 
-fn fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .expect("fd dir")
-        .count()
-}
-
 fn threads(pid: u32) -> usize {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .expect("status")
@@ -158,44 +152,7 @@ fn alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// Starts `serve` like [`Agent::start`], from `SR_AGENT_BIN` when set (to
-/// measure the shipped static musl binary instead of the test build).
-fn start_agent(extra: &[&str]) -> Agent {
-    let Some(bin) = std::env::var_os("SR_AGENT_BIN").filter(|b| !b.is_empty()) else {
-        return Agent::start(None, extra);
-    };
-    let port = common::free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let child = std::process::Command::new(bin)
-        .args(["serve", "--listen", &listen])
-        .args(extra)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("SR_AGENT_BIN");
-    let addr: std::net::SocketAddr = listen.parse().expect("addr");
-    let agent = Agent { child, port, addr };
-    let start = Instant::now();
-    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "agent did not start"
-        );
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    agent
-}
-
 // ---------------------------------------------------------------- clients
-
-async fn connect(url: &str) -> Channel {
-    Endpoint::from_shared(url.to_string())
-        .expect("url")
-        .connect()
-        .await
-        .expect("connect")
-}
 
 /// The report, or a failure if the agent does not answer within `within`.
 async fn report_within(url: &str, within: Duration) -> Report {
@@ -266,13 +223,6 @@ fn runsc_binary(r: &Report) -> &sandbox_readiness::proto::v1::Binary {
         .expect("runsc entry")
 }
 
-fn pct(v: &[Duration], p: f64) -> Duration {
-    let mut s = v.to_vec();
-    s.sort();
-    let rank = ((p * s.len() as f64).ceil() as usize).clamp(1, s.len());
-    s[rank - 1]
-}
-
 /// `callers` clients, each on its own connection, call GetReport all at
 /// once, `rounds` times; returns every call's latency.
 async fn burst(url: &str, callers: usize, rounds: usize) -> Vec<Duration> {
@@ -324,26 +274,29 @@ async fn hung_cri_and_hanging_runsc_do_not_slow_cached_reads_or_leak() {
     let cri = HungCri::start(&sock);
     let endpoint = format!("unix://{}", sock.display());
     let empty = tempfile::tempdir().expect("tempdir");
-    let agent = start_agent(&[
-        "--runsc-path",
-        runsc.to_str().expect("utf-8"),
-        "--cri-endpoint",
-        &endpoint,
-        "--cri-conf-dir",
-        empty.path().to_str().expect("utf-8"),
-        "--exec-timeout",
-        "300ms",
-        "--cri-timeout",
-        "300ms",
-        "--sandbox-timeout",
-        "500ms",
-        "--min-refresh-interval",
-        "100ms",
-        "--probe-interval",
-        "1h",
-        "--poll-interval",
-        "1h",
-    ]);
+    let agent = Agent::start(
+        None,
+        &[
+            "--runsc-path",
+            runsc.to_str().expect("utf-8"),
+            "--cri-endpoint",
+            &endpoint,
+            "--cri-conf-dir",
+            empty.path().to_str().expect("utf-8"),
+            "--exec-timeout",
+            "300ms",
+            "--cri-timeout",
+            "300ms",
+            "--sandbox-timeout",
+            "500ms",
+            "--min-refresh-interval",
+            "100ms",
+            "--probe-interval",
+            "1h",
+            "--poll-interval",
+            "1h",
+        ],
+    );
     let pid = agent.child.id();
     let url = agent.url();
 

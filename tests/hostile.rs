@@ -19,12 +19,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::Agent;
+use common::{connect, fds, pct, Agent};
 use sandbox_readiness::proto::v1::{
     readiness_service_client::ReadinessServiceClient, CheckRequest, DesiredState, GetReportRequest,
     WatchRequest,
 };
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 
 /// The measuring tests share two cores: run them one at a time so one
 /// test's flood does not show up as another's latency.
@@ -53,12 +53,6 @@ fn mem(pid: u32) -> Mem {
         rss_kib: status_field(pid, "VmRSS"),
         hwm_kib: status_field(pid, "VmHWM"),
     }
-}
-
-fn fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .expect("fd dir")
-        .count()
 }
 
 /// User + system CPU time of a process, in clock ticks.
@@ -142,17 +136,6 @@ impl Samples {
     }
 }
 
-/// The `p` quantile (nearest rank) of some durations.
-fn pct(v: &[Duration], p: f64) -> Duration {
-    if v.is_empty() {
-        return Duration::ZERO;
-    }
-    let mut s = v.to_vec();
-    s.sort();
-    let rank = ((p * s.len() as f64).ceil() as usize).clamp(1, s.len());
-    s[rank - 1]
-}
-
 /// A tonic client asking `GetReport` every 20 ms until stopped.
 struct Prober {
     stop: Arc<AtomicBool>,
@@ -212,14 +195,6 @@ impl Prober {
         self.stop.store(true, Ordering::Relaxed);
         self.task.await.expect("prober")
     }
-}
-
-async fn connect(url: &str) -> Channel {
-    Endpoint::from_shared(url.to_string())
-        .expect("url")
-        .connect()
-        .await
-        .expect("connect")
 }
 
 // ------------------------------------------------------------ raw HTTP/2
@@ -677,35 +652,6 @@ fn closed_by_peer(conns: &[TcpStream]) -> usize {
         .count()
 }
 
-/// Starts `serve` like [`Agent::start`], from `SR_AGENT_BIN` when set (to
-/// measure the shipped static musl binary instead of the test build).
-fn start_agent(extra: &[&str]) -> Agent {
-    let Some(bin) = std::env::var_os("SR_AGENT_BIN") else {
-        return Agent::start(None, extra);
-    };
-    let port = common::free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let child = std::process::Command::new(bin)
-        .args(["serve", "--listen", &listen])
-        .args(extra)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("SR_AGENT_BIN");
-    let addr: SocketAddr = listen.parse().expect("addr");
-    let agent = Agent { child, port, addr };
-    let start = Instant::now();
-    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "agent did not start"
-        );
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    agent
-}
-
 /// Whether a process runs on glibc's allocator (the dynamically linked test
 /// build) rather than musl's (the static release binary).
 fn links_glibc(pid: u32) -> bool {
@@ -767,7 +713,7 @@ async fn ten_thousand_idle_connections_keep_memory_bounded() {
         nofile as usize > N + 1000,
         "RLIMIT_NOFILE hard limit {nofile} is too low for {N} connections"
     );
-    let agent = start_agent(&[]);
+    let agent = Agent::start(None, &[]);
     let addr = agent.addr;
     let pid = agent.child.id();
     // Settle: the first GetReport warms up the server's allocations.

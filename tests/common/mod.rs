@@ -51,7 +51,8 @@ pub struct Agent {
 
 impl Agent {
     /// `serve` on a free loopback port, in a child user namespace at `limit`
-    /// (or directly, when `limit` is None), with extra flags.
+    /// (or directly, when `limit` is None; then from `SR_AGENT_BIN` when
+    /// set), with extra flags.
     pub fn start(limit: Option<u32>, extra: &[&str]) -> Agent {
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
@@ -59,8 +60,13 @@ impl Agent {
         args.extend_from_slice(extra);
         let mut cmd = match limit {
             Some(l) => in_userns(Some(l), &args),
+            // SR_AGENT_BIN measures the shipped static musl binary instead
+            // of the test build (tests/hostile.rs, tests/faults.rs).
             None => {
-                let mut c = Command::new(BIN);
+                let bin = std::env::var_os("SR_AGENT_BIN")
+                    .filter(|b| !b.is_empty())
+                    .unwrap_or_else(|| BIN.into());
+                let mut c = Command::new(bin);
                 c.args(&args);
                 c
             }
@@ -136,4 +142,31 @@ pub fn on_path(name: &str) -> Option<std::path::PathBuf> {
             .map(|d| d.join(name))
             .find(|f| f.is_file())
     })
+}
+
+/// Open file descriptors of a process.
+pub fn fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("fd dir")
+        .count()
+}
+
+/// The `p` quantile (nearest rank) of some durations.
+pub fn pct(v: &[Duration], p: f64) -> Duration {
+    if v.is_empty() {
+        return Duration::ZERO;
+    }
+    let mut s = v.to_vec();
+    s.sort();
+    let rank = ((p * s.len() as f64).ceil() as usize).clamp(1, s.len());
+    s[rank - 1]
+}
+
+/// A gRPC channel to `url`.
+pub async fn connect(url: &str) -> tonic::transport::Channel {
+    tonic::transport::Endpoint::from_shared(url.to_string())
+        .expect("url")
+        .connect()
+        .await
+        .expect("connect")
 }
