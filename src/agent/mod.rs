@@ -6,86 +6,76 @@ pub mod listen;
 pub mod service;
 pub mod state;
 
-use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use clap::Args;
 use thiserror::Error;
 use tokio::{net::TcpListener, sync::watch};
 use tonic::transport::Server;
 use tracing::{info, warn};
 
 use crate::{
-    cli::{parse_duration, DesiredArgs, HostArgs},
-    proto::v1::{readiness_service_server::ReadinessServiceServer, FILE_DESCRIPTOR_SET},
+    observe::ObserveConfig,
+    proto::v1::{
+        readiness_service_server::ReadinessServiceServer, DesiredState, FILE_DESCRIPTOR_SET,
+    },
     tls::{self, AcceptLimits, ReloadOptions, ServerTls, TlsPaths},
 };
 
 /// Largest request the agent decodes: requests are tiny.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
 
-/// Flags of `serve`.
-#[derive(Debug, Clone, Args)]
-pub struct ServeArgs {
-    /// Address to listen on (repeatable). Outside loopback mTLS is required.
-    #[arg(
-        long = "listen",
-        default_value = "[::]:50100",
-        env = "SANDBOX_READINESS_LISTEN",
-        value_delimiter = ','
-    )]
+/// What `serve` is asked to do (the flags, parsed).
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Addresses to listen on. Outside loopback mTLS is required.
     pub listen: Vec<SocketAddr>,
-    /// Server certificate (PEM).
-    #[arg(long, env = "SANDBOX_READINESS_TLS_CERT", requires = "tls_key")]
-    pub tls_cert: Option<PathBuf>,
-    /// Server private key (PEM).
-    #[arg(long, env = "SANDBOX_READINESS_TLS_KEY", requires = "tls_cert")]
-    pub tls_key: Option<PathBuf>,
-    /// CA whose certificates clients must present (PEM).
-    #[arg(long, env = "SANDBOX_READINESS_CLIENT_CA", requires = "tls_cert")]
-    pub client_ca: Option<PathBuf>,
+    /// Server certificate, key and (for mTLS) client CA; `None`: plaintext.
+    pub tls: Option<TlsPaths>,
     /// Serve plaintext (or TLS without client certificates) outside loopback.
-    #[arg(long, env = "SANDBOX_READINESS_INSECURE_PLAINTEXT")]
     pub insecure_plaintext: bool,
     /// Cheap re-read of the sysctls.
-    #[arg(long, default_value = "2s", value_parser = parse_duration, env = "SANDBOX_READINESS_POLL_INTERVAL")]
     pub poll_interval: Duration,
     /// Full observation, live probes included.
-    #[arg(long, default_value = "30s", value_parser = parse_duration, env = "SANDBOX_READINESS_PROBE_INTERVAL")]
     pub probe_interval: Duration,
     /// No observation starts sooner than this after the previous one.
-    #[arg(long, default_value = "1s", value_parser = parse_duration, env = "SANDBOX_READINESS_MIN_REFRESH_INTERVAL")]
     pub min_refresh_interval: Duration,
     /// Heartbeat on Watch streams when nothing changed.
-    #[arg(long, default_value = "30s", value_parser = parse_duration, env = "SANDBOX_READINESS_HEARTBEAT")]
     pub heartbeat: Duration,
     /// Most Watch streams open at once.
-    #[arg(long, default_value_t = 4096, env = "SANDBOX_READINESS_MAX_WATCHERS")]
     pub max_watchers: usize,
     /// Most connections held at once.
-    #[arg(
-        long,
-        default_value_t = 16384,
-        env = "SANDBOX_READINESS_MAX_CONNECTIONS"
-    )]
     pub max_connections: usize,
     /// Most requests in progress at once, all connections together.
-    #[arg(
-        long,
-        default_value_t = 1024,
-        env = "SANDBOX_READINESS_MAX_CONCURRENT_REQUESTS"
-    )]
     pub max_concurrent_requests: usize,
     /// Deadline for a unary request.
-    #[arg(long, default_value = "30s", value_parser = parse_duration, env = "SANDBOX_READINESS_REQUEST_TIMEOUT")]
     pub request_timeout: Duration,
-    #[command(flatten)]
-    pub host: HostArgs,
+    /// HTTP/2 ping to an idle client connection, and how long its answer
+    /// may take before the connection is dropped.
+    pub keepalive_interval: Duration,
+    pub keepalive_timeout: Duration,
+    /// Where and how to observe; the desired state's sysctls are added to
+    /// `extra_sysctls`.
+    pub observe: ObserveConfig,
     /// The desired state `Check` uses when a request carries none.
-    #[command(flatten)]
-    pub desired: DesiredArgs,
+    pub desired: DesiredState,
 }
 
-/// Why `serve` could not start (exit code 2).
+/// How the agent stopped after SIGTERM/SIGINT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// Every connection finished.
+    Drained,
+    /// Calls were still in flight when the grace period ended. Nothing
+    /// waits for them any more; the process should exit now, since
+    /// dropping the runtime would wait for blocking work still running.
+    GraceExpired,
+}
+
+/// After a signal, in-flight unary calls get this long; then the agent
+/// leaves regardless, so SIGTERM never takes over a second.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(800);
+
+/// Why `serve` could not start, or stopped with an error.
 #[derive(Debug, Error)]
 pub enum ServeError {
     #[error("refusing plaintext on {0}: outside loopback the agent needs mTLS (--tls-cert, --tls-key, --client-ca) or --insecure-plaintext")]
@@ -102,72 +92,79 @@ pub enum ServeError {
     #[error(transparent)]
     Desired(#[from] crate::evaluate::DesiredError),
     #[error("cannot build server reflection: {0}")]
-    Reflection(String),
+    Reflection(#[from] tonic_reflection::server::Error),
+    #[error("the HTTP/2 keepalive {0} must be more than 0")]
+    ZeroKeepalive(&'static str),
     #[error("server failed: {0}")]
     Server(#[from] tonic::transport::Error),
 }
 
 /// Checks the listen/TLS combination before anything starts.
-pub fn check_security(args: &ServeArgs) -> Result<(), ServeError> {
-    for addr in &args.listen {
-        if addr.ip().is_loopback() || args.insecure_plaintext {
+pub fn check_security(cfg: &ServeConfig) -> Result<(), ServeError> {
+    for addr in &cfg.listen {
+        if addr.ip().is_loopback() || cfg.insecure_plaintext {
             continue;
         }
-        if args.tls_cert.is_none() {
-            return Err(ServeError::PlaintextOutsideLoopback(*addr));
-        }
-        if args.client_ca.is_none() {
-            return Err(ServeError::NoClientCa(*addr));
+        match &cfg.tls {
+            None => return Err(ServeError::PlaintextOutsideLoopback(*addr)),
+            Some(t) if t.client_ca.is_none() => return Err(ServeError::NoClientCa(*addr)),
+            Some(_) => {}
         }
     }
     Ok(())
 }
 
-/// Runs the agent until SIGTERM/SIGINT.
-pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
-    check_security(&args)?;
-    let desired = args.desired.to_desired()?;
+/// Runs the agent until SIGTERM/SIGINT. Never exits the process: when the
+/// grace period after the signal ends with calls in flight it returns
+/// [`Stopped::GraceExpired`] and leaves the exit to the caller.
+pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
+    check_security(&conf)?;
+    crate::evaluate::validate(&conf.desired)?;
+    if conf.keepalive_interval.is_zero() {
+        return Err(ServeError::ZeroKeepalive("interval"));
+    }
+    if conf.keepalive_timeout.is_zero() {
+        return Err(ServeError::ZeroKeepalive("timeout"));
+    }
+    let desired = conf.desired.clone();
     raise_fd_limit();
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(ServerTls::load(TlsPaths {
-            cert: cert.clone(),
-            key: key.clone(),
-            client_ca: args.client_ca.clone(),
-        })?),
-        _ => None,
+    let tls = match &conf.tls {
+        Some(paths) => Some(ServerTls::load(paths.clone())?),
+        None => None,
     };
     let mut listeners = Vec::new();
-    for addr in &args.listen {
+    for addr in &conf.listen {
         let l = bind(*addr).map_err(|source| ServeError::Bind {
             addr: *addr,
             source,
         })?;
         listeners.push(l);
     }
-    let extra: Vec<String> = desired.sysctls.iter().map(|s| s.name.clone()).collect();
-    let cfg = args.host.to_config(extra);
+    let mut cfg = conf.observe.clone();
+    cfg.extra_sysctls
+        .extend(desired.sysctls.iter().map(|s| s.name.clone()));
     info!(
-        listen = ?args.listen,
+        listen = ?conf.listen,
         tls = tls.is_some(),
-        client_ca = args.client_ca.is_some(),
-        poll_interval = %humantime::format_duration(args.poll_interval),
-        probe_interval = %humantime::format_duration(args.probe_interval),
-        min_refresh_interval = %humantime::format_duration(args.min_refresh_interval),
+        client_ca = conf.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
+        poll_interval = %humantime::format_duration(conf.poll_interval),
+        probe_interval = %humantime::format_duration(conf.probe_interval),
+        min_refresh_interval = %humantime::format_duration(conf.min_refresh_interval),
         cri_endpoint = %cfg.gvisor.cri_endpoint,
         runsc = %cfg.gvisor.runsc_path.display(),
         defaults = ?desired,
         version = crate::observe::node::AGENT_VERSION,
         "starting"
     );
-    if args.insecure_plaintext && args.listen.iter().any(|a| !a.ip().is_loopback()) {
+    if conf.insecure_plaintext && conf.listen.iter().any(|a| !a.ip().is_loopback()) {
         warn!("--insecure-plaintext: serving without mTLS outside loopback; anyone who reaches the port can read this node's report");
     }
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let timing = state::Timing {
-        poll: args.poll_interval,
-        probe: args.probe_interval,
-        min_refresh: args.min_refresh_interval,
+        poll: conf.poll_interval,
+        probe: conf.probe_interval,
+        min_refresh: conf.min_refresh_interval,
     };
     let cfg = Arc::new(cfg);
     let (state, _owner) = state::start((*cfg).clone(), timing, shutdown_rx.clone()).await;
@@ -175,8 +172,8 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
         state.clone(),
         desired,
         cfg,
-        args.max_watchers,
-        args.heartbeat,
+        conf.max_watchers,
+        conf.heartbeat,
         shutdown_rx.clone(),
     );
 
@@ -187,23 +184,21 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .map_err(|e| ServeError::Reflection(e.to_string()))?;
+        .build_v1()?;
     let reflection_v1alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()
-        .map_err(|e| ServeError::Reflection(e.to_string()))?;
+        .build_v1alpha()?;
 
     let router = Server::builder()
         .max_concurrent_streams(Some(128))
         .concurrency_limit_per_connection(256)
-        .http2_keepalive_interval(Some(Duration::from_secs(30)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .http2_keepalive_interval(Some(conf.keepalive_interval))
+        .http2_keepalive_timeout(Some(conf.keepalive_timeout))
         .tcp_keepalive(Some(Duration::from_secs(60)))
-        .timeout(args.request_timeout)
+        .timeout(conf.request_timeout)
         .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
-            args.max_concurrent_requests,
+            conf.max_concurrent_requests,
         ))
         .add_service(health_svc)
         .add_service(reflection_v1)
@@ -215,18 +210,23 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
             4 * 1024 * 1024,
         ));
 
+    // Watch streams end on the signal; in-flight unary calls get the grace
+    // period, then `run` returns without them.
     let shutdown = async move {
         wait_for_signal().await;
         info!("stopping");
         let _ = shutdown_tx.send(true);
-        // Watch streams end on the signal above; give in-flight unary calls a
-        // moment, then leave regardless so SIGTERM never takes over a second.
-        tokio::spawn(async {
-            tokio::time::sleep(Duration::from_millis(800)).await;
-            std::process::exit(0);
-        });
     };
-    let slots = Arc::new(tokio::sync::Semaphore::new(args.max_connections));
+    let mut signalled = shutdown_rx.clone();
+    let grace = async move {
+        if signalled.wait_for(|stop| *stop).await.is_ok() {
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } else {
+            // The sender went without a signal: only the server can end.
+            std::future::pending::<()>().await;
+        }
+    };
+    let slots = Arc::new(tokio::sync::Semaphore::new(conf.max_connections));
     // Both transports feed one connection type, so one server runs either way.
     let (_reloader, connections) = match tls {
         Some(tls) => {
@@ -243,7 +243,7 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
             (Some(reloader), listen::merge(streams, slots))
         }
         None => {
-            let pending = Arc::new(tokio::sync::Semaphore::new(args.max_connections));
+            let pending = Arc::new(tokio::sync::Semaphore::new(conf.max_connections));
             let streams = listeners
                 .into_iter()
                 .map(|l| listen::plaintext(l, Duration::from_secs(10), pending.clone()))
@@ -251,10 +251,14 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
             (None, listen::merge(streams, slots))
         }
     };
-    router
-        .serve_with_incoming_shutdown(connections, shutdown)
-        .await?;
-    Ok(())
+    let serve = router.serve_with_incoming_shutdown(connections, shutdown);
+    tokio::select! {
+        served = serve => {
+            served?;
+            Ok(Stopped::Drained)
+        }
+        () = grace => Ok(Stopped::GraceExpired),
+    }
 }
 
 /// Binds with a deep accept backlog: during a connection flood a good

@@ -8,21 +8,22 @@
 
 use std::{collections::HashMap, error::Error as StdError, fmt, io, sync::Arc, time::Duration};
 
-use thiserror::Error;
 use tokio::{
     sync::Semaphore,
     task::JoinSet,
     time::{timeout_at, Instant},
 };
+use tokio_rustls::rustls;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
-use super::nodes::{Address, Node};
+use super::{
+    dial::{self, DialError},
+    nodes::{Address, Node},
+    result::{Answer, AskError, NodeResult},
+};
 use crate::{
-    evaluate,
-    proto::v1::{
-        readiness_service_client::ReadinessServiceClient, CheckRequest, DesiredState, Report,
-        Verdict,
-    },
+    proto::v1::{readiness_service_client::ReadinessServiceClient, CheckRequest, DesiredState},
+    text::error_chain,
 };
 
 /// How to talk to agents.
@@ -65,128 +66,6 @@ impl Default for ClientOptions {
     }
 }
 
-/// Why a node could not be asked. One line each; [`AskError::kind`] is a
-/// stable word for programs.
-#[derive(Debug, Clone, Error, PartialEq, Eq)]
-pub enum AskError {
-    #[error("no address: the node lists no InternalIP")]
-    NoAddress,
-    #[error("plaintext to a non-loopback address refused: give --tls-ca, or --insecure-plaintext")]
-    PlaintextRefused,
-    #[error("connection refused")]
-    Refused,
-    #[error("connect timed out after {}", fmt_duration(*.0))]
-    ConnectTimeout(Duration),
-    #[error("connected, but no answer within {} (agent hung, or not an HTTP/2 server)", fmt_duration(*.0))]
-    NoAnswer(Duration),
-    #[error("cannot resolve: {0}")]
-    Resolve(String),
-    #[error("TLS: {0}")]
-    Tls(String),
-    #[error("cannot connect: {0}")]
-    Connect(String),
-    #[error("the agent closed the connection{0}")]
-    Closed(String),
-    #[error("HTTP/2 protocol error{0}")]
-    Protocol(String),
-    #[error("agent answered {code}: {message}")]
-    Rpc { code: String, message: String },
-    #[error("bad answer: {0}")]
-    BadAnswer(String),
-    #[error("watch stream ended")]
-    StreamEnded,
-    #[error("no message for {} (heartbeats stopped)", fmt_duration(*.0))]
-    Idle(Duration),
-    #[error("no answer yet")]
-    NoAnswerYet,
-    #[error("internal error: {0}")]
-    Internal(String),
-}
-
-impl AskError {
-    /// A stable word for `-o json`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            AskError::NoAddress => "no_address",
-            AskError::PlaintextRefused => "plaintext_refused",
-            AskError::Refused => "refused",
-            AskError::ConnectTimeout(_) => "connect_timeout",
-            AskError::NoAnswer(_) => "deadline",
-            AskError::Resolve(_) => "resolve",
-            AskError::Tls(_) => "tls",
-            AskError::Connect(_) => "connect",
-            AskError::Closed(_) => "closed",
-            AskError::Protocol(_) => "protocol",
-            AskError::Rpc { .. } => "rpc",
-            AskError::BadAnswer(_) => "bad_answer",
-            AskError::StreamEnded => "stream_ended",
-            AskError::Idle(_) => "idle",
-            AskError::NoAnswerYet => "no_answer_yet",
-            AskError::Internal(_) => "internal",
-        }
-    }
-
-    /// True when retrying cannot help (the same node set would give the
-    /// same error), so a watcher reports it once and stops dialling.
-    pub fn is_permanent(&self) -> bool {
-        matches!(self, AskError::NoAddress | AskError::PlaintextRefused)
-    }
-}
-
-/// `1.5s`, `200ms`, `5s`.
-pub fn fmt_duration(d: Duration) -> String {
-    if d.as_millis() < 1000 {
-        format!("{}ms", d.as_millis())
-    } else if d.subsec_millis() == 0 {
-        format!("{}s", d.as_secs())
-    } else {
-        format!("{:.1}s", d.as_secs_f64())
-    }
-}
-
-/// What a node answered, judged.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Answer {
-    pub verdict: Verdict,
-    pub report: Report,
-}
-
-impl Answer {
-    /// Judges a report: locally against `desired` when it asks for anything
-    /// (so every agent version is judged by this controller's rules), else
-    /// the agent's own verdict against the defaults it was started with.
-    pub fn judge(desired: &DesiredState, report: Report, server: Option<Verdict>) -> Answer {
-        let verdict = if evaluate::is_empty(desired) {
-            server.unwrap_or_else(|| evaluate::evaluate(&report, desired))
-        } else {
-            evaluate::evaluate(&report, desired)
-        };
-        Answer { verdict, report }
-    }
-
-    /// The node's boot id, empty when the agent could not read it.
-    pub fn boot_id(&self) -> &str {
-        self.report.node.as_ref().map_or("", |n| n.boot_id.as_str())
-    }
-}
-
-/// One node's result.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NodeResult {
-    pub node: Node,
-    pub outcome: Result<Answer, AskError>,
-    /// From the start of asking (or watching) to this result.
-    pub elapsed: Duration,
-    /// How often the node's boot id changed while it was watched.
-    pub boot_id_changes: u32,
-}
-
-impl NodeResult {
-    pub fn converged(&self) -> bool {
-        self.outcome.as_ref().is_ok_and(|a| a.verdict.converged)
-    }
-}
-
 /// Asks agents. Cheap to clone; clones share the `parallel` bound.
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -221,13 +100,12 @@ impl Client {
             Transport::Tls { config, .. } => Some(config),
         };
         let mut ep = Endpoint::from_shared(addr.uri(tls.is_some()))
-            .map_err(|e| AskError::Connect(chain(&e)))?
-            .connect_timeout(self.opts.connect_timeout)
-            .tcp_nodelay(true);
+            .map_err(|e| AskError::Connect(error_chain(&e)))?
+            .connect_timeout(self.opts.connect_timeout);
         if let Some(cfg) = tls {
             ep = ep
                 .tls_config((**cfg).clone())
-                .map_err(|e| AskError::Tls(chain(&e)))?;
+                .map_err(|e| AskError::Tls(error_chain(&e)))?;
         }
         Ok(ep)
     }
@@ -249,9 +127,10 @@ impl Client {
         }
         let connect_by = Instant::now() + self.opts.connect_timeout;
         let limit = connect_by.min(deadline);
-        match timeout_at(limit, ep.connect()).await {
+        let dialer = dial::connector(addr.clone(), self.opts.connect_timeout);
+        match timeout_at(limit, ep.connect_with_connector(dialer)).await {
             Ok(Ok(ch)) => Ok(ch),
-            Ok(Err(e)) => Err(self.hint(classify(&e, self.opts.connect_timeout))),
+            Ok(Err(e)) => Err(self.hint(self.classify(&e, self.opts.connect_timeout))),
             Err(_) if connect_by <= deadline => {
                 Err(AskError::ConnectTimeout(self.opts.connect_timeout))
             }
@@ -347,75 +226,106 @@ impl Client {
     }
 }
 
-/// Every message in an error's source chain, each once, joined by ": ".
-pub(crate) fn chain(e: &(dyn StdError + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut cur: Option<&(dyn StdError + 'static)> = Some(e);
-    while let Some(err) = cur {
-        let s = err.to_string();
-        if !s.is_empty() && !parts.iter().any(|p| p.contains(&s)) {
-            parts.push(s);
-        }
-        cur = err.source();
-    }
-    parts.join(": ")
-}
+/// The hint for a TLS failure after the handshake, when no client
+/// certificate was offered.
+const NO_IDENTITY_HINT: &str =
+    " (does the agent require a client certificate? give --tls-cert and --tls-key)";
 
-/// Maps a transport failure onto the reason a person needs.
-pub(crate) fn classify(e: &(dyn StdError + 'static), connect_timeout: Duration) -> AskError {
-    let mut cur: Option<&(dyn StdError + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if let Some(io) = err.downcast_ref::<io::Error>() {
-            match io.kind() {
-                io::ErrorKind::ConnectionRefused => return AskError::Refused,
-                io::ErrorKind::TimedOut => return AskError::ConnectTimeout(connect_timeout),
-                io::ErrorKind::BrokenPipe
-                | io::ErrorKind::ConnectionReset
-                | io::ErrorKind::ConnectionAborted
-                | io::ErrorKind::UnexpectedEof => return AskError::Closed(String::new()),
-                _ => {}
+impl Client {
+    /// What a transport failure says about the node, read from the types
+    /// in its source chain, never from its text: our dialler's steps, I/O
+    /// error kinds, rustls errors and alerts, hyper's and h2's own classes.
+    /// `timeout` is the limit that applied (reported for timeouts).
+    pub(crate) fn classify(&self, e: &(dyn StdError + 'static), timeout: Duration) -> AskError {
+        // hyper and h2 wrap the more telling cause: keep looking, and use
+        // their class only when nothing under them says more.
+        let mut closed = false;
+        let mut protocol = false;
+        let mut cur: Option<&(dyn StdError + 'static)> = Some(e);
+        while let Some(err) = cur {
+            if let Some(d) = err.downcast_ref::<DialError>() {
+                return match d {
+                    DialError::Resolve(_) | DialError::NoAddress => {
+                        AskError::Resolve(error_chain(d))
+                    }
+                    DialError::Connect(io) => self
+                        .io_class(io, timeout)
+                        .unwrap_or_else(|| AskError::Connect(error_chain(d))),
+                };
             }
-            if let Some(inner) = io.get_ref() {
-                if inner
-                    .downcast_ref::<tokio_rustls::rustls::Error>()
-                    .is_some()
-                {
-                    return AskError::Tls(chain(inner));
+            if let Some(r) = err.downcast_ref::<rustls::Error>() {
+                return from_rustls(r);
+            }
+            if let Some(io) = err.downcast_ref::<io::Error>() {
+                if let Some(r) = io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+                    return from_rustls(r);
+                }
+                if let Some(a) = self.io_class(io, timeout) {
+                    return a;
                 }
             }
+            if let Some(h) = err.downcast_ref::<h2::Error>() {
+                // h2 keeps an I/O failure as its kind and text only, and
+                // offers it through `get_io`, not `source`.
+                match h.get_io() {
+                    Some(io) => {
+                        if let Some(a) = self.io_class(io, timeout) {
+                            return a;
+                        }
+                    }
+                    None => protocol = true,
+                }
+            }
+            if let Some(h) = err.downcast_ref::<hyper::Error>() {
+                closed |= h.is_canceled() || h.is_closed() || h.is_incomplete_message();
+                protocol |= h.is_parse();
+            }
+            if err.downcast_ref::<tonic::TimeoutExpired>().is_some() {
+                return AskError::ConnectTimeout(timeout);
+            }
+            cur = err.source();
         }
-        if err.downcast_ref::<tokio_rustls::rustls::Error>().is_some() {
-            return AskError::Tls(chain(err));
+        if closed {
+            AskError::Closed(String::new())
+        } else if protocol {
+            AskError::Protocol(String::new())
+        } else {
+            AskError::Connect(error_chain(e))
         }
-        if err.downcast_ref::<tonic::TimeoutExpired>().is_some() {
-            return AskError::ConnectTimeout(connect_timeout);
-        }
-        cur = err.source();
     }
-    let text = chain(e);
-    if text.contains("CertificateRequired") {
-        AskError::Tls(
-            "the agent requires a client certificate: give --tls-cert and --tls-key".into(),
-        )
-    } else if text.contains("fatal alert") {
-        // The server refused our handshake (rustls reports its alert as text).
-        AskError::Tls(text)
-    } else if [
-        "connection closed",
-        "operation was canceled",
-        "broken pipe",
-        "connection reset",
-    ]
-    .iter()
-    .any(|t| text.contains(t))
-    {
-        AskError::Closed(String::new())
-    } else if text.contains("h2 protocol error") || text.contains("http2 error") {
-        AskError::Protocol(String::new())
-    } else if text.contains("dns error") {
-        AskError::Resolve(text)
-    } else {
-        AskError::Connect(text)
+
+    fn io_class(&self, io: &io::Error, timeout: Duration) -> Option<AskError> {
+        Some(match io.kind() {
+            io::ErrorKind::ConnectionRefused => AskError::Refused,
+            io::ErrorKind::TimedOut => AskError::ConnectTimeout(timeout),
+            io::ErrorKind::BrokenPipe
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::UnexpectedEof => AskError::Closed(String::new()),
+            // tokio-rustls reports every TLS failure as InvalidData; after
+            // the handshake h2 keeps only its text (an alert the agent sent).
+            io::ErrorKind::InvalidData => match &self.opts.transport {
+                Transport::Tls { identity, .. } => AskError::Tls(format!(
+                    "{}{}",
+                    error_chain(io),
+                    if *identity { "" } else { NO_IDENTITY_HINT }
+                )),
+                Transport::Plaintext { .. } => return None,
+            },
+            _ => return None,
+        })
+    }
+}
+
+/// A TLS failure in the handshake, where rustls's own error is at hand.
+fn from_rustls(e: &rustls::Error) -> AskError {
+    match e {
+        rustls::Error::AlertReceived(rustls::AlertDescription::CertificateRequired) => {
+            AskError::Tls(
+                "the agent requires a client certificate: give --tls-cert and --tls-key".into(),
+            )
+        }
+        other => AskError::Tls(error_chain(other)),
     }
 }
 
@@ -433,7 +343,7 @@ impl Client {
                 }
                 cur = err.source();
             }
-            return self.hint(classify(src, timeout));
+            return self.hint(self.classify(src, timeout));
         }
         let mut message = s.message().replace(['\n', '\r'], " ");
         if s.code() == tonic::Code::Unimplemented {
@@ -593,12 +503,5 @@ mod tests {
         let want: Vec<_> = nodes.iter().map(|n| n.name.clone()).collect();
         assert_eq!(names, want);
         assert!(took < Duration::from_millis(1500), "{took:?}");
-    }
-
-    #[test]
-    fn durations_read_well() {
-        assert_eq!(fmt_duration(Duration::from_millis(200)), "200ms");
-        assert_eq!(fmt_duration(Duration::from_secs(5)), "5s");
-        assert_eq!(fmt_duration(Duration::from_millis(1500)), "1.5s");
     }
 }

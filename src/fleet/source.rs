@@ -75,7 +75,7 @@ pub async fn run_nodes_cmd(cmd: &str, port: u16, limit: Duration) -> Result<Vec<
             kill_group(pid);
             return Err(format!(
                 "--nodes-cmd timed out after {}",
-                super::client::fmt_duration(limit)
+                crate::text::fmt_duration(limit)
             ));
         }
     };
@@ -90,7 +90,7 @@ pub async fn run_nodes_cmd(cmd: &str, port: u16, limit: Duration) -> Result<Vec<
         return Err(format!(
             "--nodes-cmd failed ({status}){}{}",
             if first.is_empty() { "" } else { ": " },
-            super::output::clean(first.trim())
+            crate::text::clean_line(first.trim())
         ));
     }
     if out.len() as u64 > MAX_DOCUMENT_BYTES {

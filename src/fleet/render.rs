@@ -1,9 +1,10 @@
 //! What `check` prints: the table (one row per node, sorted by name), the
 //! one-line summary, the JSON document, and the progress of `--wait`.
 //!
-//! Every string that came from an agent goes through [`clean`] before it
-//! reaches a terminal: an agent is a remote party, and escape sequences in
-//! its messages must not repaint the operator's screen.
+//! Every string that came from an agent goes through
+//! [`clean_line`](crate::text::clean_line) before it reaches a terminal: an
+//! agent is a remote party, and escape sequences in its messages must not
+//! repaint the operator's screen.
 
 use std::{
     fmt::Write as _,
@@ -14,13 +15,13 @@ use std::{
 use serde_json::{json, Value};
 
 use super::{
-    client::{Answer, AskError, NodeResult},
-    nodes::natural_cmp,
-    wait::{Change, Counts},
+    pool::Change,
+    result::{node_reason, pool_converged, AskError, Counts, NodeResult},
 };
 use crate::{
-    proto::v1::{DesiredState, Finding, Verdict},
+    proto::v1::DesiredState,
     report::{find_sysctl, outcome_word, readiness_word, sysctl_display},
+    text::{clean_line, clean_text},
 };
 
 /// The sysctl whose value the table shows.
@@ -28,62 +29,6 @@ pub const USERNS_LIMIT: &str = "user.max_user_namespaces";
 
 /// At most this many non-converged nodes are named in the summary line.
 const SUMMARY_NODES: usize = 3;
-
-/// Replaces control characters (escape sequences included) with `?` and
-/// line breaks with spaces, so a cell stays one line and harmless.
-pub fn clean(s: &str) -> String {
-    s.chars()
-        .map(|c| match c {
-            '\n' | '\r' | '\t' => ' ',
-            c if c.is_control() => '?',
-            c => c,
-        })
-        .collect()
-}
-
-/// Like [`clean`] but keeps line breaks (for multi-line report text).
-fn clean_text(s: &str) -> String {
-    s.lines().map(clean).collect::<Vec<_>>().join("\n")
-}
-
-/// The finding a person should read first: the first blocking one, else
-/// the first informational one.
-pub fn first_finding(v: &Verdict) -> Option<&Finding> {
-    v.findings
-        .iter()
-        .find(|f| f.blocking)
-        .or_else(|| v.findings.first())
-}
-
-/// Why a node is where it is, in plain words (empty when converged with
-/// nothing to say).
-pub fn node_reason(outcome: &Result<Answer, AskError>) -> String {
-    match outcome {
-        Ok(a) => match first_finding(&a.verdict) {
-            Some(f) if !f.blocking => format!("(note) {}", clean(&f.message)),
-            Some(f) => clean(&f.message),
-            None if a.verdict.converged => String::new(),
-            None => "not converged (the agent gave no finding)".into(),
-        },
-        Err(e) => clean(&e.to_string()),
-    }
-}
-
-/// Sorts rows by node name (digit runs by value), then address.
-pub fn sort_results(results: &mut [NodeResult]) {
-    results.sort_by(|a, b| {
-        natural_cmp(&a.node.name, &b.node.name)
-            .then_with(|| natural_cmp(&a.node.address_display(), &b.node.address_display()))
-    });
-}
-
-/// True when the pool converged: at least one node, at least `expected`
-/// nodes, every one converged.
-pub fn pool_converged(results: &[NodeResult], expected: Option<usize>) -> bool {
-    !results.is_empty()
-        && results.len() >= expected.unwrap_or(0)
-        && results.iter().all(NodeResult::converged)
-}
 
 fn converged_word(r: &NodeResult) -> &'static str {
     match &r.outcome {
@@ -94,7 +39,8 @@ fn converged_word(r: &NodeResult) -> &'static str {
     }
 }
 
-/// The table: one row per node, in the order given (see [`sort_results`]).
+/// The table: one row per node, in the order given (see
+/// [`sort_results`](super::result::sort_results)).
 pub fn table(results: &[NodeResult]) -> String {
     let header = [
         "NODE",
@@ -111,7 +57,7 @@ pub fn table(results: &[NodeResult]) -> String {
             let (limit, probe, gvisor) = match &r.outcome {
                 Ok(a) => (
                     find_sysctl(&a.report, USERNS_LIMIT)
-                        .map_or_else(|| "-".to_string(), |s| clean(&sysctl_display(s))),
+                        .map_or_else(|| "-".to_string(), |s| clean_line(&sysctl_display(s))),
                     outcome_word(
                         a.report
                             .user_namespaces
@@ -133,7 +79,7 @@ pub fn table(results: &[NodeResult]) -> String {
                 };
             }
             [
-                clean(&r.node.name),
+                clean_line(&r.node.name),
                 r.node.address_display(),
                 converged_word(r).to_string(),
                 limit,
@@ -181,7 +127,12 @@ pub fn summary(results: &[NodeResult], expected: Option<usize>) -> String {
     let mut s = format!("{converged}/{total} converged");
     let off: Vec<&NodeResult> = results.iter().filter(|r| !r.converged()).collect();
     for r in off.iter().take(SUMMARY_NODES) {
-        let _ = write!(s, "; {}: {}", clean(&r.node.name), node_reason(&r.outcome));
+        let _ = write!(
+            s,
+            "; {}: {}",
+            clean_line(&r.node.name),
+            node_reason(&r.outcome)
+        );
     }
     if off.len() > SUMMARY_NODES {
         let _ = write!(s, "; and {} more", off.len() - SUMMARY_NODES);
@@ -203,7 +154,7 @@ pub fn reports_text(results: &[NodeResult]) -> String {
         let _ = writeln!(
             out,
             "\n== {} ({}) ==",
-            clean(&r.node.name),
+            clean_line(&r.node.name),
             r.node.address_display()
         );
         match &r.outcome {
@@ -214,7 +165,7 @@ pub fn reports_text(results: &[NodeResult]) -> String {
                 out.push('\n');
             }
             Err(e) => {
-                let _ = writeln!(out, "{}", clean(&e.to_string()));
+                let _ = writeln!(out, "{}", clean_line(&e.to_string()));
             }
         }
     }
@@ -320,7 +271,7 @@ impl Progress {
                 err,
                 "[{:>5.1}s] {}",
                 elapsed.as_secs_f64(),
-                clean(&c.to_string())
+                clean_line(&c.to_string())
             );
         }
     }
@@ -329,7 +280,12 @@ impl Progress {
     pub fn note(&mut self, line: &str, elapsed: Duration) {
         let mut err = io::stderr().lock();
         self.clear(&mut err);
-        let _ = writeln!(err, "[{:>5.1}s] {}", elapsed.as_secs_f64(), clean(line));
+        let _ = writeln!(
+            err,
+            "[{:>5.1}s] {}",
+            elapsed.as_secs_f64(),
+            clean_line(line)
+        );
     }
 
     /// Redraws the progress line (terminal only; plain output prints
@@ -358,9 +314,13 @@ impl Progress {
 mod tests {
     use super::*;
     use crate::{
-        fleet::nodes::parse_entry,
+        fleet::{
+            nodes::parse_entry,
+            result::{sort_results, Answer},
+        },
         proto::v1::{
-            GvisorReadiness, Probe, ProbeOutcome, Report, Sysctl, SysctlState, UserNamespaces,
+            Finding, GvisorReadiness, Probe, ProbeOutcome, Report, Sysctl, SysctlState,
+            UserNamespaces, Verdict,
         },
     };
 

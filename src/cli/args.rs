@@ -1,4 +1,4 @@
-//! Command-line flags shared by `probe`, `serve` and `check`.
+//! Flags shared by `probe`, `serve` and `check`, and their parsers.
 //!
 //! Every flag also reads `SANDBOX_READINESS_<FLAG>` from the environment,
 //! because Talos passes an extension service its configuration as environment
@@ -9,7 +9,7 @@ use std::{path::PathBuf, time::Duration};
 
 use clap::{Args, ValueEnum};
 
-use crate::{
+use sandbox_readiness::{
     evaluate::{self, DesiredError},
     host::HostPaths,
     observe::{GvisorConfig, ObserveConfig},
@@ -20,6 +20,14 @@ use crate::{
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s)
         .map_err(|e| format!("{s:?} is not a duration (e.g. 2s, 500ms): {e}"))
+}
+
+/// [`parse_duration`], refusing zero (for periods a timer ticks at).
+pub fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err("must be more than 0".into()),
+        d => Ok(d),
+    }
 }
 
 fn parse_sysctl(s: &str) -> Result<SysctlExpectation, DesiredError> {
@@ -108,8 +116,9 @@ pub struct HostArgs {
 }
 
 impl HostArgs {
-    /// The observation configuration these flags describe.
-    pub fn to_config(&self, extra_sysctls: Vec<String>) -> ObserveConfig {
+    /// The observation configuration these flags describe (no sysctls
+    /// beyond the user namespace ones: a desired state adds its own).
+    pub fn to_config(&self) -> ObserveConfig {
         let paths = HostPaths {
             proc_root: self.proc_root.clone(),
             sys_root: self.sys_root.clone(),
@@ -138,7 +147,7 @@ impl HostArgs {
             paths,
             helper_exe: PathBuf::from("/proc/self/exe"),
             probe_timeout: self.probe_timeout,
-            extra_sysctls,
+            extra_sysctls: Vec::new(),
             gvisor,
         }
     }
@@ -160,4 +169,23 @@ pub enum LogFormat {
     #[default]
     Text,
     Json,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_and_zero_can_be_refused() {
+        assert_eq!(parse_duration("0s").unwrap(), Duration::ZERO);
+        assert_eq!(
+            parse_positive_duration("500ms").unwrap(),
+            Duration::from_millis(500)
+        );
+        assert!(parse_positive_duration("0s")
+            .unwrap_err()
+            .ends_with("must be more than 0"));
+        assert!(parse_positive_duration("soon").is_err());
+    }
 }

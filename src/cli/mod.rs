@@ -1,0 +1,131 @@
+//! The binary's CLI layer: clap types, the conversion of flags into the
+//! library's configuration, dispatch, and (in [`exit`]) every exit code.
+//!
+//! Every flag also reads `SANDBOX_READINESS_<FLAG>` from the environment
+//! (except `check`'s), because Talos passes an extension service its
+//! configuration as environment (ExtensionServiceConfig `environment`).
+//! Repeatable flags take a comma-separated list there.
+
+mod args;
+mod check;
+pub mod exit;
+mod probe;
+mod serve;
+
+use std::{future::Future, path::PathBuf, process::ExitCode};
+
+use clap::{Parser, Subcommand};
+use sandbox_readiness::tls;
+
+use args::LogFormat;
+use exit::Outcome;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sandbox-readiness",
+    version,
+    about = "Is this Talos worker really ready for sandboxed (gVisor) workloads?"
+)]
+struct Cli {
+    /// Log format (logs go to stderr).
+    #[arg(
+        long,
+        global = true,
+        default_value = "text",
+        env = "SANDBOX_READINESS_LOG_FORMAT"
+    )]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Observe this machine once and print the report (and the verdict, with desired-state flags).
+    Probe(Box<probe::ProbeArgs>),
+    /// Run the agent: keep a fresh observation and serve it over gRPC.
+    Serve(Box<serve::ServeArgs>),
+    /// Ask many agents whether they converged to a desired state.
+    Check(Box<check::CheckArgs>),
+    /// Certificates for the agent's mTLS.
+    #[command(subcommand)]
+    Tls(TlsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum TlsCommand {
+    /// Create a CA, a server certificate and a controller (client) certificate in DIR.
+    Init {
+        dir: PathBuf,
+        /// A name or IP address the server certificate is valid for (repeatable; wildcards allowed).
+        #[arg(long = "san", required = true)]
+        sans: Vec<String>,
+        /// Overwrite existing files.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// Parses the flags (clap exits 2 on bad usage), runs the command and
+/// turns its outcome into the exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default_level = match cli.command {
+        Command::Serve(_) => tracing::Level::INFO,
+        _ => tracing::Level::WARN,
+    };
+    init_logs(cli.log_format, default_level);
+    match cli.command {
+        Command::Probe(a) => runtime(|| probe::run(*a)),
+        Command::Serve(a) => runtime(|| serve::run(*a)),
+        Command::Check(a) => runtime(|| check::run(*a)),
+        Command::Tls(TlsCommand::Init { dir, sans, force }) => {
+            let opts = tls::InitOptions {
+                force,
+                ..tls::InitOptions::default()
+            };
+            match tls::init(&dir, &sans, &opts) {
+                Ok(out) => {
+                    print!("{}", tls::render_instructions(&out));
+                    Outcome::Success
+                }
+                Err(e) => Outcome::failed("sandbox-readiness tls init", e),
+            }
+            .finish()
+        }
+    }
+}
+
+fn init_logs(format: LogFormat, level: tracing::Level) {
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(level)
+        .with_target(false)
+        // Colour only for a terminal: `talosctl logs` shows raw bytes.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+/// One runtime thread: the agent is I/O-bound and small; a second core
+/// would buy little and cost memory on every node. The outcome is settled
+/// while the runtime still exists (see [`Outcome::SuccessAbandoning`]).
+fn runtime<F, Fut>(f: F) -> ExitCode
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Outcome>,
+{
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt.block_on(f()).finish(),
+        Err(e) => Outcome::failed(
+            "sandbox-readiness",
+            format_args!("cannot start the async runtime: {e}"),
+        )
+        .finish(),
+    }
+}

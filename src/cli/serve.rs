@@ -1,0 +1,138 @@
+//! `serve`: flags, converted into the library's [`agent::ServeConfig`].
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use clap::Args;
+use sandbox_readiness::{
+    agent::{self, ServeConfig, Stopped},
+    proto::v1::DesiredState,
+    tls::TlsPaths,
+};
+
+use super::{
+    args::{parse_duration, parse_positive_duration, DesiredArgs, HostArgs},
+    exit::Outcome,
+};
+
+const WHO: &str = "sandbox-readiness serve";
+
+/// Flags of `serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (repeatable). Outside loopback mTLS is required.
+    #[arg(
+        long = "listen",
+        default_value = "[::]:50100",
+        env = "SANDBOX_READINESS_LISTEN",
+        value_delimiter = ','
+    )]
+    pub listen: Vec<SocketAddr>,
+    /// Server certificate (PEM).
+    #[arg(long, env = "SANDBOX_READINESS_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Server private key (PEM).
+    #[arg(long, env = "SANDBOX_READINESS_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// CA whose certificates clients must present (PEM).
+    #[arg(long, env = "SANDBOX_READINESS_CLIENT_CA", requires = "tls_cert")]
+    pub client_ca: Option<PathBuf>,
+    /// Serve plaintext (or TLS without client certificates) outside loopback.
+    #[arg(long, env = "SANDBOX_READINESS_INSECURE_PLAINTEXT")]
+    pub insecure_plaintext: bool,
+    /// Cheap re-read of the sysctls.
+    #[arg(long, default_value = "2s", value_parser = parse_duration, env = "SANDBOX_READINESS_POLL_INTERVAL")]
+    pub poll_interval: Duration,
+    /// Full observation, live probes included.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, env = "SANDBOX_READINESS_PROBE_INTERVAL")]
+    pub probe_interval: Duration,
+    /// No observation starts sooner than this after the previous one.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, env = "SANDBOX_READINESS_MIN_REFRESH_INTERVAL")]
+    pub min_refresh_interval: Duration,
+    /// Heartbeat on Watch streams when nothing changed.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, env = "SANDBOX_READINESS_HEARTBEAT")]
+    pub heartbeat: Duration,
+    /// Most Watch streams open at once.
+    #[arg(long, default_value_t = 4096, env = "SANDBOX_READINESS_MAX_WATCHERS")]
+    pub max_watchers: usize,
+    /// Most connections held at once.
+    #[arg(
+        long,
+        default_value_t = 16384,
+        env = "SANDBOX_READINESS_MAX_CONNECTIONS"
+    )]
+    pub max_connections: usize,
+    /// Most requests in progress at once, all connections together.
+    #[arg(
+        long,
+        default_value_t = 1024,
+        env = "SANDBOX_READINESS_MAX_CONCURRENT_REQUESTS"
+    )]
+    pub max_concurrent_requests: usize,
+    /// Deadline for a unary request.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, env = "SANDBOX_READINESS_REQUEST_TIMEOUT")]
+    pub request_timeout: Duration,
+    /// HTTP/2 ping interval on idle client connections (hidden: for tests).
+    #[arg(long, hide = true, default_value = "30s", value_parser = parse_positive_duration, env = "SANDBOX_READINESS_KEEPALIVE_INTERVAL")]
+    pub keepalive_interval: Duration,
+    /// How long a ping's answer may take before the connection is dropped (hidden: for tests).
+    #[arg(long, hide = true, default_value = "10s", value_parser = parse_positive_duration, env = "SANDBOX_READINESS_KEEPALIVE_TIMEOUT")]
+    pub keepalive_timeout: Duration,
+    #[command(flatten)]
+    pub host: HostArgs,
+    /// The desired state `Check` uses when a request carries none.
+    #[command(flatten)]
+    pub desired: DesiredArgs,
+}
+
+impl ServeArgs {
+    fn to_config(&self, desired: DesiredState) -> ServeConfig {
+        // clap makes --tls-cert and --tls-key come together, and
+        // --client-ca only with them.
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsPaths {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: self.client_ca.clone(),
+            }),
+            _ => None,
+        };
+        ServeConfig {
+            listen: self.listen.clone(),
+            tls,
+            insecure_plaintext: self.insecure_plaintext,
+            poll_interval: self.poll_interval,
+            probe_interval: self.probe_interval,
+            min_refresh_interval: self.min_refresh_interval,
+            heartbeat: self.heartbeat,
+            max_watchers: self.max_watchers,
+            max_connections: self.max_connections,
+            max_concurrent_requests: self.max_concurrent_requests,
+            request_timeout: self.request_timeout,
+            keepalive_interval: self.keepalive_interval,
+            keepalive_timeout: self.keepalive_timeout,
+            observe: self.host.to_config(),
+            desired,
+        }
+    }
+}
+
+/// 0 after SIGTERM/SIGINT; 2 when the agent cannot start (or its server
+/// fails).
+pub async fn run(args: ServeArgs) -> Outcome {
+    // The listen/TLS combination is judged before the desired state, as
+    // it always was.
+    let desired = args.desired.to_desired();
+    let mut cfg = args.to_config(DesiredState::default());
+    if let Err(e) = agent::check_security(&cfg) {
+        return Outcome::failed(WHO, e);
+    }
+    cfg.desired = match desired {
+        Ok(d) => d,
+        Err(e) => return Outcome::failed(WHO, e),
+    };
+    match agent::run(cfg).await {
+        Ok(Stopped::Drained) => Outcome::Success,
+        Ok(Stopped::GraceExpired) => Outcome::SuccessAbandoning,
+        Err(e) => Outcome::failed(WHO, e),
+    }
+}
