@@ -141,11 +141,6 @@ impl ServerTls {
         TlsAcceptor::from(self.config())
     }
 
-    /// The files this configuration is read from.
-    pub fn paths(&self) -> &TlsPaths {
-        &self.inner.paths
-    }
-
     /// Whether clients must present a certificate (a client CA is set).
     pub fn requires_client_cert(&self) -> bool {
         self.inner.paths.client_ca.is_some()
