@@ -3,8 +3,10 @@
 
 pub mod cached;
 pub mod listen;
+mod owner;
 pub mod service;
 pub mod state;
+mod tracked;
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
@@ -169,12 +171,10 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
         probe: args.probe_interval,
         min_refresh: args.min_refresh_interval,
     };
-    let cfg = Arc::new(cfg);
-    let (state, _owner) = state::start((*cfg).clone(), timing, shutdown_rx.clone()).await;
+    let (state, _owner) = state::start(cfg, timing, shutdown_rx.clone()).await;
     let svc = service::Service::new(
         state.clone(),
         desired,
-        cfg,
         args.max_watchers,
         args.heartbeat,
         shutdown_rx.clone(),
