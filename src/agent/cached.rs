@@ -282,7 +282,6 @@ mod tests {
         let svc = service::Service::new(
             state.clone(),
             DesiredState::default(),
-            Arc::new(cfg),
             4,
             Duration::from_secs(30),
             shutdown,

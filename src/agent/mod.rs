@@ -3,8 +3,10 @@
 
 pub mod cached;
 pub mod listen;
+mod owner;
 pub mod service;
 pub mod state;
+mod tracked;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -166,12 +168,10 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
         probe: conf.probe_interval,
         min_refresh: conf.min_refresh_interval,
     };
-    let cfg = Arc::new(cfg);
-    let (state, _owner) = state::start((*cfg).clone(), timing, shutdown_rx.clone()).await;
+    let (state, _owner) = state::start(cfg, timing, shutdown_rx.clone()).await;
     let svc = service::Service::new(
         state.clone(),
         desired,
-        cfg,
         conf.max_watchers,
         conf.heartbeat,
         shutdown_rx.clone(),

@@ -11,12 +11,10 @@ use tracing::debug;
 use crate::{
     agent::state::{State, StateError},
     evaluate,
-    observe::{self, ObserveConfig},
     proto::v1::{
         readiness_service_server::ReadinessService, CheckRequest, CheckResponse, DesiredState,
         GetReportRequest, GetReportResponse, Report, Verdict, WatchRequest, WatchResponse,
     },
-    report,
 };
 
 /// Messages buffered per watcher before a watcher that does not read is dropped.
@@ -34,7 +32,6 @@ pub struct Service {
     state: State,
     /// The desired state `Check` uses when a request carries none.
     defaults: Arc<DesiredState>,
-    cfg: Arc<ObserveConfig>,
     watchers: Arc<Semaphore>,
     max_watchers: usize,
     heartbeat: Duration,
@@ -45,7 +42,6 @@ impl Service {
     pub fn new(
         state: State,
         defaults: DesiredState,
-        cfg: Arc<ObserveConfig>,
         max_watchers: usize,
         heartbeat: Duration,
         shutdown: watch::Receiver<bool>,
@@ -53,7 +49,6 @@ impl Service {
         Self {
             state,
             defaults: Arc::new(defaults),
-            cfg,
             watchers: Arc::new(Semaphore::new(max_watchers)),
             max_watchers,
             heartbeat,
@@ -70,20 +65,20 @@ impl Service {
         Ok(d)
     }
 
-    /// The report plus any sysctl the desired state names that the cache
-    /// does not hold (names were validated; reads are capped).
-    fn with_requested_sysctls(&self, report: &Report, desired: &DesiredState) -> Report {
-        let missing: Vec<String> = desired
-            .sysctls
-            .iter()
-            .filter(|s| report::find_sysctl(report, &s.name).is_none())
-            .map(|s| s.name.clone())
-            .collect();
-        let mut r = report.clone();
-        if !missing.is_empty() {
-            r.sysctls.extend(observe::read_extra(&self.cfg, &missing));
+    /// `report`, or a newer one that also holds every sysctl `desired`
+    /// names: the owner task reads those (the service never touches the
+    /// host) and keeps them in its polls, so a change to one wakes watchers
+    /// like any other change.
+    async fn with_requested_sysctls(
+        &self,
+        report: Arc<Report>,
+        desired: &DesiredState,
+    ) -> Result<Arc<Report>, Status> {
+        if desired.sysctls.is_empty() {
+            return Ok(report);
         }
-        r
+        let names: Vec<String> = desired.sysctls.iter().map(|s| s.name.clone()).collect();
+        self.state.track(&names).await.map_err(state_status)
     }
 }
 
@@ -128,11 +123,11 @@ impl ReadinessService for Service {
         } else {
             self.state.latest()
         };
-        let report = self.with_requested_sysctls(&report, &desired);
+        let report = self.with_requested_sysctls(report, &desired).await?;
         let verdict = evaluate::evaluate(&report, &desired);
         Ok(Response::new(CheckResponse {
             verdict: Some(verdict),
-            report: Some(report),
+            report: Some(Report::clone(&report)),
         }))
     }
 
@@ -174,47 +169,58 @@ impl Service {
         let mut sub = self.state.subscribe();
         let mut shutdown = self.shutdown.clone();
         let evaluate = !evaluate::is_empty(&desired);
-        let message = |report: &Report, heartbeat: bool| {
-            let report = self.with_requested_sysctls(report, &desired);
-            WatchResponse {
-                verdict: evaluate
-                    .then(|| evaluate::evaluate(&report, &desired))
-                    .or(None::<Verdict>),
-                report: Some(report),
-                heartbeat,
-            }
+        let message = |report: &Report, heartbeat: bool| WatchResponse {
+            verdict: evaluate
+                .then(|| evaluate::evaluate(report, &desired))
+                .or(None::<Verdict>),
+            report: Some(report.clone()),
+            heartbeat,
         };
-        let mut last_generation = {
-            let current = self.state.with_counters(sub.borrow_and_update().clone());
-            if tx.try_send(Box::new(Ok(message(&current, false)))).is_err() {
-                return;
-            }
-            current.generation
-        };
+        // Every message renews the watcher's sysctls with the owner, so they
+        // stay tracked for as long as it listens.
+        let first = sub.borrow_and_update().clone();
+        let current = self.renewed(first, &desired).await;
+        let current = self.state.with_counters(current);
+        if tx.try_send(Box::new(Ok(message(&current, false)))).is_err() {
+            return;
+        }
+        let mut last_generation = current.generation;
         loop {
             let heartbeat = tokio::time::sleep(self.heartbeat);
-            tokio::select! {
+            let (report, heartbeat) = tokio::select! {
                 _ = shutdown.changed() => return,
                 _ = tx.closed() => return,
                 changed = sub.changed() => {
                     if changed.is_err() {
                         return;
                     }
-                    let current = self.state.with_counters(sub.borrow_and_update().clone());
-                    if current.generation == last_generation {
-                        continue;
-                    }
-                    last_generation = current.generation;
-                    if !self.send(&tx, message(&current, false)) {
-                        return;
-                    }
+                    (sub.borrow_and_update().clone(), false)
                 }
-                _ = heartbeat => {
-                    let current = self.state.latest();
-                    if !self.send(&tx, message(&current, true)) {
-                        return;
-                    }
+                _ = heartbeat => (self.state.latest(), true),
+            };
+            let current = self.renewed(report, &desired).await;
+            let current = self.state.with_counters(current);
+            if !heartbeat {
+                if current.generation == last_generation {
+                    continue;
                 }
+                last_generation = current.generation;
+            }
+            if !self.send(&tx, message(&current, heartbeat)) {
+                return;
+            }
+        }
+    }
+
+    /// `with_requested_sysctls` for a watcher: when the owner cannot answer
+    /// right now, the message goes out with the report as it is (a sysctl
+    /// not read yet is judged on the next message).
+    async fn renewed(&self, report: Arc<Report>, desired: &DesiredState) -> Arc<Report> {
+        match self.with_requested_sysctls(report.clone(), desired).await {
+            Ok(r) => r,
+            Err(e) => {
+                debug!("watcher's sysctls not renewed: {e}");
+                report
             }
         }
     }

@@ -1,0 +1,351 @@
+//! The owner task: the only code in the agent that observes.
+//!
+//! It polls the sysctls cheaply every `poll`, runs a full observation every
+//! `probe`, on a noticed change and on demand, and publishes each result.
+//! A refresh is answered by an observation that started at most
+//! `min_refresh` before it arrived (the published one, the running one, or
+//! the next), so a burst of any size costs at most two observations and none
+//! starts sooner than `min_refresh` after the previous one.
+//!
+//! Time is tokio's, so the loop runs under paused time in its tests.
+
+use std::sync::{atomic::Ordering, Arc, Mutex};
+
+use tokio::{
+    sync::{mpsc, watch},
+    time::Instant,
+};
+use tracing::{info, warn};
+
+use crate::{
+    agent::{
+        state::{Counters, Request, Source, Timing},
+        tracked::Tracked,
+    },
+    observe::{pb_timestamp, Scope},
+    proto::v1::{Probe, ProbeOutcome, Report, Sysctl},
+    report::{self, Generations},
+};
+
+/// The owner's clock (tokio's, pausable in tests).
+pub fn now() -> Instant {
+    Instant::now()
+}
+
+/// Runs the first observation, publishes it and spawns the loop.
+pub(crate) async fn start(
+    source: Arc<dyn Source>,
+    base: Vec<String>,
+    timing: Timing,
+    counters: Arc<Counters>,
+    tracked: Arc<Mutex<Tracked>>,
+    requests: mpsc::Receiver<Request>,
+    shutdown: watch::Receiver<bool>,
+) -> (watch::Receiver<Arc<Report>>, tokio::task::JoinHandle<()>) {
+    let started_at = pb_timestamp(std::time::SystemTime::now());
+    let first_started = now();
+    let mut gens = Generations::default();
+    let mut first = source.observe(Scope::default(), base.clone(), None).await;
+    counters.observations.fetch_add(1, Ordering::Relaxed);
+    finish(&mut first, &started_at, &mut gens);
+    stamp_counters(&mut first, &counters);
+    log_first(&first);
+    let (tx, rx) = watch::channel(Arc::new(first));
+    let owner = Owner {
+        source,
+        base,
+        timing,
+        tx,
+        gens,
+        started_at,
+        counters,
+        tracked,
+        last_full: now(),
+        last_started: first_started,
+        last_sandbox: None,
+    };
+    (rx, tokio::spawn(owner.run(requests, shutdown)))
+}
+
+struct Owner {
+    source: Arc<dyn Source>,
+    /// Sysctls every observation reads (the serve defaults' names).
+    base: Vec<String>,
+    timing: Timing,
+    tx: watch::Sender<Arc<Report>>,
+    gens: Generations,
+    started_at: pbjson_types::Timestamp,
+    counters: Arc<Counters>,
+    tracked: Arc<Mutex<Tracked>>,
+    last_full: Instant,
+    /// When the published observation started.
+    last_started: Instant,
+    /// When the last sandbox probe started (its result is carried forward).
+    last_sandbox: Option<Instant>,
+}
+
+/// A refresh waiting for an observation.
+struct Waiter {
+    sandbox: bool,
+    reply: tokio::sync::oneshot::Sender<Arc<Report>>,
+}
+
+type Running = tokio::task::JoinHandle<(Report, bool)>;
+
+impl Owner {
+    async fn run(
+        mut self,
+        mut requests: mpsc::Receiver<Request>,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let mut poll = tokio::time::interval(self.timing.poll);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        poll.reset();
+        let mut running: Option<Running> = None;
+        // When the running observation started, and whether it probes a sandbox.
+        let mut running_since: Option<(Instant, bool)> = None;
+        // Waiters of the observation that is running, and of the next one.
+        let mut joined: Vec<Waiter> = Vec::new();
+        let mut queued: Vec<Waiter> = Vec::new();
+        let mut want_full = false;
+        loop {
+            let idle = running.is_none();
+            let due = self.last_full + self.timing.probe;
+            let earliest = self.last_full + self.timing.min_refresh;
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                req = requests.recv() => {
+                    match req {
+                        None => return,
+                        Some(Request::Track { reply }) => {
+                            let _ = reply.send(self.publish_tracked());
+                        }
+                        Some(Request::Refresh { sandbox, reply }) => {
+                            let w = Waiter { sandbox, reply };
+                            if let Some(report) = self.fresh_enough(sandbox) {
+                                let _ = w.reply.send(report);
+                            } else if running_since.is_some_and(|(t, sb)| self.recent(t) && (sb || !sandbox)) {
+                                joined.push(w);
+                            } else {
+                                queued.push(w);
+                            }
+                        }
+                    }
+                }
+                _ = poll.tick(), if idle => {
+                    self.lock_tracked().expire(now());
+                    if self.sysctls_changed() {
+                        want_full = true;
+                    }
+                }
+                _ = tokio::time::sleep_until(due), if idle => want_full = true,
+                done = async {
+                    match running.as_mut() {
+                        Some(h) => h.await,
+                        None => std::future::pending().await,
+                    }
+                }, if running.is_some() => {
+                    running = None;
+                    let started = running_since.take().map_or_else(now, |(t, _)| t);
+                    let (report, sandbox) = match done {
+                        Ok(r) => r,
+                        Err(e) => {
+                            warn!("observation task failed: {e}");
+                            continue;
+                        }
+                    };
+                    let report = self.publish(report, sandbox, started);
+                    for w in joined.drain(..) {
+                        let _ = w.reply.send(report.clone());
+                    }
+                }
+                _ = tokio::time::sleep_until(earliest), if idle && !queued.is_empty() => {}
+            }
+            let may_start = running.is_none() && now() >= self.last_full + self.timing.min_refresh;
+            if may_start && (want_full || !queued.is_empty()) {
+                let sandbox = queued.iter().any(|q| q.sandbox);
+                joined.append(&mut queued);
+                want_full = false;
+                running_since = Some((now(), sandbox));
+                running = Some(self.spawn(sandbox));
+            }
+        }
+    }
+
+    fn lock_tracked(&self) -> std::sync::MutexGuard<'_, Tracked> {
+        self.tracked.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The serve defaults' sysctls, then the tracked ones.
+    fn extra_names(&self) -> Vec<String> {
+        let mut names = self.base.clone();
+        for n in self.lock_tracked().names() {
+            if !names.contains(&n) {
+                names.push(n);
+            }
+        }
+        names
+    }
+
+    fn recent(&self, started: Instant) -> bool {
+        started.elapsed() < self.timing.min_refresh
+    }
+
+    /// The published report, if its observation started recently enough to
+    /// answer a refresh arriving now.
+    fn fresh_enough(&self, sandbox: bool) -> Option<Arc<Report>> {
+        let ok = self.recent(self.last_started)
+            && (!sandbox || self.last_sandbox.is_some_and(|t| self.recent(t)));
+        ok.then(|| self.tx.borrow().clone())
+    }
+
+    fn sysctls_changed(&self) -> bool {
+        let now = self.source.sysctls(&self.extra_names());
+        let current = self.tx.borrow();
+        now.iter().any(|s| {
+            report::find_sysctl(&current, &s.name).map(|c| (c.state, c.value.as_str()))
+                != Some((s.state, s.value.as_str()))
+        })
+    }
+
+    fn spawn(&mut self, sandbox: bool) -> Running {
+        self.counters.observations.fetch_add(1, Ordering::Relaxed);
+        if sandbox {
+            self.counters.sandbox_probes.fetch_add(1, Ordering::Relaxed);
+        }
+        // The last sandbox result stays true until the probe reruns.
+        let carried = (!sandbox && self.last_sandbox.is_some())
+            .then(|| {
+                self.tx
+                    .borrow()
+                    .gvisor
+                    .as_ref()
+                    .and_then(|g| g.sandbox.clone())
+            })
+            .flatten();
+        let observation = self
+            .source
+            .observe(Scope { sandbox }, self.extra_names(), carried);
+        tokio::spawn(async move { (observation.await, sandbox) })
+    }
+
+    /// Reads tracked sysctls the published report lacks (asked for while an
+    /// observation ran, or just now) into `report.sysctls`.
+    fn fill_tracked(&self, report: &mut Report) {
+        let missing: Vec<String> = self
+            .extra_names()
+            .into_iter()
+            .filter(|n| report::find_sysctl(report, n).is_none())
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        let read: Vec<Sysctl> = self
+            .source
+            .sysctls(&missing)
+            .into_iter()
+            .filter(|s| missing.contains(&s.name))
+            .collect();
+        report.sysctls.extend(read);
+    }
+
+    /// Publishes the current report with newly tracked sysctls read in.
+    fn publish_tracked(&mut self) -> Arc<Report> {
+        let mut report = Report::clone(&self.tx.borrow());
+        self.fill_tracked(&mut report);
+        self.store(report)
+    }
+
+    /// Stamps and publishes a finished observation.
+    fn publish(&mut self, mut report: Report, sandbox: bool, started: Instant) -> Arc<Report> {
+        self.last_full = now();
+        self.last_started = started;
+        if sandbox {
+            self.last_sandbox = Some(started);
+        }
+        self.fill_tracked(&mut report);
+        self.store(report)
+    }
+
+    /// Stores `report` as the newest; wakes watchers only when something
+    /// observed changed (`observed_at` moves on every observation anyway).
+    fn store(&mut self, mut report: Report) -> Arc<Report> {
+        let changed = finish(&mut report, &self.started_at, &mut self.gens);
+        stamp_counters(&mut report, &self.counters);
+        let report = Arc::new(report);
+        if changed {
+            let lines = report::changes(&self.tx.borrow(), &report);
+            info!(generation = report.generation, changes = ?lines, "observed change");
+            warn_failed_probes(&report);
+        }
+        self.tx.send_if_modified(|slot| {
+            *slot = report.clone();
+            changed
+        });
+        report
+    }
+}
+
+fn finish(
+    report: &mut Report,
+    started_at: &pbjson_types::Timestamp,
+    gens: &mut Generations,
+) -> bool {
+    if let Some(agent) = report.agent.as_mut() {
+        agent.started_at = Some(*started_at);
+    }
+    gens.stamp(report)
+}
+
+/// Stores the counters in the published report, so that `State::latest`
+/// hands it out as is instead of deep-cloning it on every request (the
+/// counters only move when an observation starts). After `finish`: the
+/// fingerprint excludes the agent info anyway.
+fn stamp_counters(report: &mut Report, counters: &Counters) {
+    let agent = report.agent.get_or_insert_with(Default::default);
+    agent.observations = counters.observations.load(Ordering::Relaxed);
+    agent.sandbox_probes = counters.sandbox_probes.load(Ordering::Relaxed);
+}
+
+fn log_first(r: &Report) {
+    let u = r.user_namespaces.as_ref();
+    let limit = u
+        .and_then(|u| {
+            u.sysctls
+                .iter()
+                .find(|s| s.name == "user.max_user_namespaces")
+        })
+        .map(report::sysctl_display)
+        .unwrap_or_default();
+    info!(
+        generation = r.generation,
+        max_user_namespaces = %limit,
+        userns_probe = report::outcome_word(u.and_then(|u| u.userns_create.as_ref())),
+        idmap_probe = report::outcome_word(u.and_then(|u| u.idmap_mount.as_ref())),
+        gvisor = report::readiness_word(r.gvisor.as_ref()),
+        "first observation"
+    );
+    warn_failed_probes(r);
+}
+
+fn warn_failed_probes(r: &Report) {
+    let failed = |p: Option<&Probe>| {
+        p.filter(|p| matches!(p.outcome(), ProbeOutcome::Failed | ProbeOutcome::Error))
+            .map(|p| p.message.clone())
+    };
+    if let Some(u) = r.user_namespaces.as_ref() {
+        if let Some(m) = failed(u.userns_create.as_ref()) {
+            warn!(probe = "userns", "{m}");
+        }
+        if let Some(m) = failed(u.idmap_mount.as_ref()) {
+            warn!(probe = "idmap", "{m}");
+        }
+    }
+    if let Some(m) = failed(r.gvisor.as_ref().and_then(|g| g.sandbox.as_ref())) {
+        warn!(probe = "sandbox", "{m}");
+    }
+}
+
+#[cfg(test)]
+#[path = "owner_tests.rs"]
+mod tests;

@@ -1,0 +1,266 @@
+//! The owner loop under paused time, observing a scripted node: each test
+//! drives requests and sysctl changes and checks what was observed when.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use tokio::{sync::watch, time::Instant};
+
+use crate::{
+    agent::{
+        state::{start_with, Observation, Source, State, Timing},
+        tracked::TRACK_TTL,
+    },
+    observe::Scope,
+    proto::v1::{Gvisor, Probe, ProbeOutcome, Report, Sysctl, SysctlState, UserNamespaces},
+    report::find_sysctl,
+};
+
+const LIMIT: &str = "user.max_user_namespaces";
+
+/// A node whose sysctls the test sets; observations take `delay` and are
+/// recorded with their start time and scope.
+struct Scripted {
+    values: Mutex<BTreeMap<String, String>>,
+    delay: Duration,
+    starts: Mutex<Vec<(Instant, Scope)>>,
+}
+
+impl Scripted {
+    fn new(delay: Duration) -> Arc<Self> {
+        let mut values = BTreeMap::new();
+        values.insert(LIMIT.to_string(), "0".to_string());
+        Arc::new(Self {
+            values: Mutex::new(values),
+            delay,
+            starts: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn set(&self, name: &str, value: &str) {
+        self.values
+            .lock()
+            .unwrap()
+            .insert(name.to_string(), value.to_string());
+    }
+
+    fn starts(&self) -> Vec<(Instant, Scope)> {
+        self.starts.lock().unwrap().clone()
+    }
+
+    fn read(&self, name: &str) -> Sysctl {
+        match self.values.lock().unwrap().get(name) {
+            Some(v) => Sysctl {
+                name: name.to_string(),
+                value: v.clone(),
+                state: SysctlState::Present as i32,
+                ..Sysctl::default()
+            },
+            None => Sysctl {
+                name: name.to_string(),
+                state: SysctlState::Absent as i32,
+                ..Sysctl::default()
+            },
+        }
+    }
+}
+
+impl Source for Scripted {
+    fn observe(&self, scope: Scope, extra: Vec<String>, carried: Option<Probe>) -> Observation {
+        let n = {
+            let mut starts = self.starts.lock().unwrap();
+            starts.push((Instant::now(), scope));
+            starts.len()
+        };
+        let userns = vec![self.read(LIMIT)];
+        let sysctls = extra
+            .iter()
+            .filter(|e| *e != LIMIT)
+            .map(|e| self.read(e))
+            .collect();
+        let sandbox = if scope.sandbox {
+            Some(Probe {
+                outcome: ProbeOutcome::Passed as i32,
+                message: format!("sandbox run in observation {n}"),
+                ..Probe::default()
+            })
+        } else {
+            carried
+        };
+        let delay = self.delay;
+        Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            Report {
+                user_namespaces: Some(UserNamespaces {
+                    sysctls: userns,
+                    ..UserNamespaces::default()
+                }),
+                gvisor: Some(Gvisor {
+                    sandbox,
+                    ..Gvisor::default()
+                }),
+                sysctls,
+                ..Report::default()
+            }
+        })
+    }
+
+    fn sysctls(&self, extra: &[String]) -> Vec<Sysctl> {
+        let mut v = vec![self.read(LIMIT)];
+        v.extend(extra.iter().filter(|e| *e != LIMIT).map(|e| self.read(e)));
+        v
+    }
+}
+
+fn timing() -> Timing {
+    Timing {
+        poll: Duration::from_secs(2),
+        probe: Duration::from_secs(30),
+        min_refresh: Duration::from_secs(1),
+    }
+}
+
+async fn start(source: &Arc<Scripted>) -> (State, watch::Sender<bool>) {
+    let (stop, shutdown) = watch::channel(false);
+    let (state, _task) = start_with(source.clone(), Vec::new(), timing(), shutdown).await;
+    (state, stop)
+}
+
+fn value(r: &Report, name: &str) -> Option<String> {
+    find_sysctl(r, name).map(|s| s.value.clone())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_of_refreshes_costs_at_most_two_observations() {
+    let node = Scripted::new(Duration::from_millis(300));
+    let (state, _stop) = start(&node).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let asks: Vec<_> = (0..200)
+        .map(|_| {
+            let s = state.clone();
+            tokio::spawn(async move { s.fresh(false).await })
+        })
+        .collect();
+    for a in asks {
+        a.await.unwrap().unwrap();
+    }
+    // The first observation at start, then one for the whole burst.
+    assert_eq!(node.starts().len(), 2, "{:?}", node.starts());
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_observation_starts_sooner_than_min_refresh_after_the_last() {
+    let node = Scripted::new(Duration::from_millis(10));
+    let (state, _stop) = start(&node).await;
+    for _ in 0..12 {
+        state.fresh(false).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    let starts = node.starts();
+    assert!(starts.len() >= 3, "{starts:?}");
+    for pair in starts.windows(2) {
+        let gap = pair[1].0 - pair[0].0;
+        assert!(
+            gap >= timing().min_refresh,
+            "observations {gap:?} apart: {starts:?}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refresh_is_answered_by_an_observation_that_started_after_it_asked() {
+    let node = Scripted::new(Duration::from_millis(50));
+    let (state, _stop) = start(&node).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    node.set(LIMIT, "11255");
+    let asked = Instant::now();
+    let r = state.fresh(false).await.unwrap();
+    assert_eq!(value(&r, LIMIT).as_deref(), Some("11255"));
+    let (started, _) = *node.starts().last().unwrap();
+    assert!(started >= asked - timing().min_refresh);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_poll_notices_a_sysctl_change_within_one_interval() {
+    let node = Scripted::new(Duration::from_millis(20));
+    let (state, _stop) = start(&node).await;
+    let mut sub = state.subscribe();
+    let first = sub.borrow_and_update().clone();
+    assert_eq!(value(&first, LIMIT).as_deref(), Some("0"));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    node.set(LIMIT, "11255");
+    let flipped = Instant::now();
+    sub.changed().await.unwrap();
+    let now = sub.borrow_and_update().clone();
+    assert_eq!(value(&now, LIMIT).as_deref(), Some("11255"));
+    assert_eq!(now.generation, first.generation + 1);
+    let took = flipped.elapsed();
+    assert!(
+        took <= timing().poll + node.delay + Duration::from_millis(1),
+        "{took:?}"
+    );
+    // Nothing else changed: no further generation before the next probe.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(!sub.has_changed().unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_result_is_carried_until_the_probe_reruns() {
+    let node = Scripted::new(Duration::from_millis(20));
+    let (state, _stop) = start(&node).await;
+    let r = state.fresh(true).await.unwrap();
+    let sandbox = |r: &Report| r.gvisor.as_ref().and_then(|g| g.sandbox.clone());
+    let first = sandbox(&r).expect("a sandbox result");
+    // A periodic observation (no sandbox) keeps it, and publishes no change.
+    let generation = r.generation;
+    tokio::time::sleep(timing().probe * 2).await;
+    let later = state.latest();
+    assert!(node.starts().len() >= 3);
+    assert!(node.starts()[2..].iter().all(|(_, s)| !s.sandbox));
+    assert_eq!(sandbox(&later), Some(first));
+    assert_eq!(later.generation, generation);
+    assert_eq!(later.agent.as_ref().unwrap().sandbox_probes, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tracked_sysctl_is_read_at_once_then_polled_then_forgotten() {
+    let node = Scripted::new(Duration::from_millis(20));
+    node.set("net.core.somaxconn", "4096");
+    let (state, _stop) = start(&node).await;
+    let names = vec!["net.core.somaxconn".to_string()];
+    assert_eq!(value(&state.latest(), &names[0]), None);
+    let observations = node.starts().len();
+
+    let r = state.track(&names).await.unwrap();
+    assert_eq!(value(&r, &names[0]).as_deref(), Some("4096"));
+    // Read without a full observation, and a new generation for watchers.
+    assert_eq!(node.starts().len(), observations);
+    assert_eq!(state.latest().generation, r.generation);
+
+    // A change to a tracked sysctl is noticed by the poll like any other.
+    let mut sub = state.subscribe();
+    sub.borrow_and_update();
+    node.set("net.core.somaxconn", "128");
+    sub.changed().await.unwrap();
+    assert_eq!(
+        value(&sub.borrow_and_update(), &names[0]).as_deref(),
+        Some("128")
+    );
+
+    // Nobody asks again: after the TTL and the next full observation it is gone.
+    tokio::time::sleep(TRACK_TTL + timing().probe * 2).await;
+    assert_eq!(value(&state.latest(), &names[0]), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_ends_the_owner_and_refreshes_then_fail() {
+    let node = Scripted::new(Duration::from_millis(20));
+    let (stop, shutdown) = watch::channel(false);
+    let (state, task) = start_with(node.clone(), Vec::new(), timing(), shutdown).await;
+    stop.send(true).unwrap();
+    task.await.unwrap();
+    assert!(state.fresh(false).await.is_err());
+}
