@@ -19,11 +19,24 @@ fn main() -> Result<(), Box<dyn Error>> {
     let api_bytes = api.encode_to_vec();
     fs::write(out.join("readiness_descriptor.bin"), &api_bytes)?;
 
-    let all = protox::compile([API, CRI], ["proto"])?;
     tonic_prost_build::configure()
         .compile_well_known_types(true)
         .extern_path(".google.protobuf", "::pbjson_types")
-        .compile_fds(all)?;
+        .compile_fds(api)?;
+
+    // The CRI subset: the agent is only ever a CRI client. The server stubs
+    // go to a directory of their own that only the tests include (a fake
+    // runtime in tests/cri_live.rs), so they never reach the node binary.
+    let cri = protox::compile([CRI], ["proto"])?;
+    tonic_prost_build::configure()
+        .build_server(false)
+        .compile_fds(cri.clone())?;
+    let server_dir = out.join("cri-server");
+    fs::create_dir_all(&server_dir)?;
+    tonic_prost_build::configure()
+        .build_client(false)
+        .out_dir(&server_dir)
+        .compile_fds(cri)?;
 
     pbjson_build::Builder::new()
         .register_descriptors(&api_bytes)?
