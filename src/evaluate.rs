@@ -6,12 +6,12 @@
 use thiserror::Error;
 
 use crate::{
-    observe::sysctl::{self, MAX_VALUE_BYTES},
     proto::v1::{
         DesiredState, Finding, GvisorReadiness, Probe, ProbeOutcome, Report, SysctlExpectation,
         SysctlState, Verdict,
     },
     report::{find_sysctl, outcome_word},
+    sysctl_name::{self as sysctl, MAX_VALUE_BYTES},
 };
 
 /// At most this many sysctl expectations in one desired state.

@@ -10,19 +10,18 @@
 //! runsc forks a gofer and a sandbox and a hung one must not outlive the probe.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
-use std::io::{self, Read};
+use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 
 use super::probe;
 use crate::host::HostPaths;
+use crate::hostio::{
+    self, clean_line, describe_status, last_line, minimal_env, Capture, Keep, Ran,
+};
 use crate::proto::v1::{
     Binary, ConfiguredHandler, DropIn, Precondition, Probe, ProbeOutcome, Sysctl, SysctlState,
 };
@@ -41,7 +40,7 @@ const PLUGIN_KEYS: [&str; 2] = [PLUGIN_CRI_V1_RUNTIME, PLUGIN_GRPC_V1_CRI];
 
 /// Drop-ins (and ConfigPath files) larger than this are refused: real ones
 /// are a few hundred bytes, and the agent must not be made to buffer a disk.
-pub const MAX_DROP_IN_BYTES: u64 = 1 << 20;
+pub const MAX_DROP_IN_BYTES: usize = 1 << 20;
 /// At most this many drop-ins are read from the CRI config directory.
 pub const MAX_DROP_IN_FILES: usize = 128;
 
@@ -55,18 +54,13 @@ const MIN_USER_NAMESPACES: i64 = 2;
 /// Scope 3 forbids ptrace entirely, which breaks the systrap and ptrace platforms.
 const MAX_PTRACE_SCOPE: i64 = 2;
 
-/// The longest raw output line kept in a report.
-const MAX_LINE_CHARS: usize = 256;
-/// How much of a child's stdout (head) and stderr (tail) is kept.
-const MAX_CAPTURE_BYTES: usize = 64 * 1024;
-/// How long a killed child gets to be reaped before it is left to tokio's
-/// orphan reaper.
-const REAP_GRACE: Duration = Duration::from_secs(2);
-/// How long the pipes may stay open after the child is gone (a grandchild
-/// holding them) before reading stops.
-const PIPE_GRACE: Duration = Duration::from_millis(500);
-/// Used when the agent itself has no PATH.
-const FALLBACK_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// How much of a child's stdout (head: the version line) and stderr (tail:
+/// the error is at the end) is kept.
+const CAPTURE: Capture = Capture {
+    stdout: Keep::Head(64 * 1024),
+    stderr: Keep::Tail(64 * 1024),
+    kill_group_after_exit: false,
+};
 
 /// Default `runsc` location: where the Talos gVisor extension installs it.
 pub fn default_runsc_path(host: &HostPaths) -> PathBuf {
@@ -179,7 +173,7 @@ async fn runsc_version(runsc: &Path, timeout: Duration) -> VersionResult {
         raw: String::new(),
         error: String::new(),
     };
-    let ran = match run_bounded(cmd, timeout, None).await {
+    let ran = match hostio::run(cmd, timeout, CAPTURE, None).await {
         Ok(ran) => ran,
         Err(e) => {
             res.error = format!("could not execute {} --version: {e}", runsc.display());
@@ -208,6 +202,15 @@ async fn runsc_version(runsc: &Path, timeout: Duration) -> VersionResult {
     res
 }
 
+fn last_line_suffix(bytes: &[u8]) -> String {
+    let l = last_line(bytes);
+    if l.is_empty() {
+        l
+    } else {
+        format!(": {l}")
+    }
+}
+
 /// Parses `runsc --version` output: `(version, raw first line)`.
 ///
 /// `runsc version release-20240722.0` gives `release-20240722.0`; source
@@ -233,19 +236,6 @@ pub fn parse_runsc_version(stdout: &str) -> (String, String) {
         .unwrap_or("")
         .to_string();
     (version, raw)
-}
-
-/// A single line fit for a report: control characters replaced, length capped.
-fn clean_line(line: &str) -> String {
-    let mut out: String = line
-        .chars()
-        .take(MAX_LINE_CHARS)
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect();
-    if line.chars().count() > MAX_LINE_CHARS {
-        out.push('…');
-    }
-    out
 }
 
 // ---------------------------------------------------------------------------
@@ -299,7 +289,7 @@ pub fn observe_drop_ins(
             return hit.clone();
         }
         let resolved = host.host(config_path);
-        let found = match read_capped_file(&resolved) {
+        let found = match hostio::read_capped(&resolved, MAX_DROP_IN_BYTES) {
             Ok(text) => match runsc_platform(&text) {
                 Ok(platform) => ConfigLookup {
                     exists: true,
@@ -317,12 +307,12 @@ pub fn observe_drop_ins(
                     }
                 }
             },
-            Err(e) if e.kind() == io::ErrorKind::NotFound => ConfigLookup::default(),
+            Err(e) if e.is_not_found() => ConfigLookup::default(),
             Err(e) => {
                 config_errors.push(DropIn {
                     path: resolved.display().to_string(),
                     parsed: false,
-                    error: format!("ConfigPath {config_path} cannot be read: {e}"),
+                    error: format!("ConfigPath {config_path} cannot be read: {}", e.reason()),
                 });
                 ConfigLookup {
                     exists: true,
@@ -337,8 +327,8 @@ pub fn observe_drop_ins(
     let mut merged: Vec<ConfiguredHandler> = Vec::new();
     for file in &files {
         let path = file.display().to_string();
-        let parsed = read_capped_file(file)
-            .map_err(|e| format!("cannot read: {e}"))
+        let parsed = hostio::read_capped(file, MAX_DROP_IN_BYTES)
+            .map_err(|e| format!("cannot read: {}", e.reason()))
             .and_then(|text| handlers_from_drop_in(&text, &path, &mut lookup));
         match parsed {
             Ok(handlers) => {
@@ -415,20 +405,6 @@ fn list_drop_ins(dir: &Path) -> io::Result<Vec<PathBuf>> {
     }
     files.sort();
     Ok(files)
-}
-
-fn read_capped_file(path: &Path) -> io::Result<String> {
-    let file = std::fs::File::open(path)?;
-    let mut buf = Vec::new();
-    file.take(MAX_DROP_IN_BYTES + 1).read_to_end(&mut buf)?;
-    if buf.len() as u64 > MAX_DROP_IN_BYTES {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("larger than {MAX_DROP_IN_BYTES} bytes"),
-        ));
-    }
-    String::from_utf8(buf)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not valid UTF-8"))
 }
 
 /// A TOML parse error as one line: `line N, column M: message`.
@@ -745,7 +721,7 @@ pub async fn sandbox_probe(
     cmd.env("TMPDIR", work.tmp_dir());
     cmd.current_dir("/");
 
-    let ran = run_bounded(cmd, timeout, Some(work.path())).await;
+    let ran = hostio::run(cmd, timeout, CAPTURE, Some(work.path())).await;
     let mut result = match ran {
         Err(e) => probe(
             ProbeOutcome::Error,
@@ -892,211 +868,6 @@ impl Drop for PrivateDir {
     }
 }
 
-// ---------------------------------------------------------------------------
-// Bounded child processes
-// ---------------------------------------------------------------------------
-
-/// What a bounded run produced.
-struct Ran {
-    /// `None` when the child could not be reaped after being killed.
-    status: Option<ExitStatus>,
-    timed_out: bool,
-    /// The first [`MAX_CAPTURE_BYTES`] of stdout.
-    stdout: Vec<u8>,
-    /// The last [`MAX_CAPTURE_BYTES`] of stderr (the error is at the end).
-    stderr: Vec<u8>,
-    elapsed: Duration,
-}
-
-fn minimal_env(cmd: &mut Command) {
-    cmd.env_clear();
-    cmd.env(
-        "PATH",
-        std::env::var_os("PATH").unwrap_or_else(|| OsString::from(FALLBACK_PATH)),
-    );
-}
-
-/// Runs `cmd` in its own process group with stdin closed, capturing output,
-/// for at most `timeout`. On timeout the group is killed. With `marker`,
-/// every process whose command line names it is killed once the child is
-/// done (runsc's sandbox calls setsid, leaving the group).
-async fn run_bounded(
-    mut cmd: Command,
-    timeout: Duration,
-    marker: Option<&Path>,
-) -> io::Result<Ran> {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .process_group(0);
-    let started = Instant::now();
-    let mut child = cmd.spawn()?;
-    let pid = child.id();
-    let stdout = Arc::new(Mutex::new(Vec::new()));
-    let stderr = Arc::new(Mutex::new(Vec::new()));
-    let readers = [
-        child
-            .stdout
-            .take()
-            .map(|s| tokio::spawn(drain(s, Arc::clone(&stdout), Keep::Head))),
-        child
-            .stderr
-            .take()
-            .map(|s| tokio::spawn(drain(s, Arc::clone(&stderr), Keep::Tail))),
-    ];
-
-    let (status, timed_out) = match tokio::time::timeout(timeout, child.wait()).await {
-        Ok(Ok(status)) => (Some(status), false),
-        Ok(Err(e)) => {
-            kill_group(pid);
-            for r in readers.into_iter().flatten() {
-                r.abort();
-            }
-            return Err(e);
-        }
-        Err(_) => {
-            kill_group(pid);
-            let reaped = tokio::time::timeout(REAP_GRACE, child.wait()).await;
-            (reaped.ok().and_then(Result::ok), true)
-        }
-    };
-    // Also after a normal exit: anything still naming the marker is a stray
-    // that would outlive the directory it names.
-    if let Some(m) = marker {
-        kill_marked(m);
-    }
-    let elapsed = started.elapsed();
-    for mut r in readers.into_iter().flatten() {
-        if tokio::time::timeout(PIPE_GRACE, &mut r).await.is_err() {
-            // A descendant still holds the pipe; what was read so far is kept.
-            r.abort();
-        }
-    }
-    Ok(Ran {
-        status,
-        timed_out,
-        stdout: take_buf(&stdout),
-        stderr: take_buf(&stderr),
-        elapsed,
-    })
-}
-
-fn take_buf(b: &Mutex<Vec<u8>>) -> Vec<u8> {
-    std::mem::take(&mut *b.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
-}
-
-#[derive(Clone, Copy)]
-enum Keep {
-    Head,
-    Tail,
-}
-
-/// Reads a pipe to its end, keeping at most [`MAX_CAPTURE_BYTES`]; it keeps
-/// reading past the cap so the child never blocks on a full pipe.
-async fn drain(mut src: impl AsyncRead + Unpin, buf: Arc<Mutex<Vec<u8>>>, keep: Keep) {
-    let mut chunk = [0u8; 8192];
-    loop {
-        let n = match src.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        let mut b = buf
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match keep {
-            Keep::Head => {
-                let room = MAX_CAPTURE_BYTES.saturating_sub(b.len());
-                b.extend_from_slice(&chunk[..n.min(room)]);
-            }
-            Keep::Tail => {
-                b.extend_from_slice(&chunk[..n]);
-                if b.len() > MAX_CAPTURE_BYTES {
-                    let excess = b.len() - MAX_CAPTURE_BYTES;
-                    b.drain(..excess);
-                }
-            }
-        }
-    }
-}
-
-fn kill_group(pid: Option<u32>) {
-    let Some(pgid) = pid.and_then(|p| i32::try_from(p).ok()).filter(|p| *p > 1) else {
-        return;
-    };
-    // SAFETY: kill(2) takes no pointers. process_group(0) made the child the
-    // leader of group `pgid`, and the leader is not reaped yet, so the id
-    // cannot have been reused by an unrelated group.
-    unsafe {
-        libc::kill(-pgid, libc::SIGKILL);
-    }
-}
-
-/// Kills every process whose command line contains `marker` (a path only
-/// this probe created), returning how many were signalled. Reads this
-/// process' own `/proc`: these are our descendants, not host state.
-fn kill_marked(marker: &Path) -> usize {
-    let needle = marker.as_os_str().as_encoded_bytes();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    let me = std::process::id();
-    let mut killed = 0;
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-            .filter(|p| *p != me && *p > 1)
-        else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        if cmdline.windows(needle.len()).any(|w| w == needle) {
-            let Ok(pid) = i32::try_from(pid) else {
-                continue;
-            };
-            // SAFETY: kill(2) takes no pointers; the pid named our private
-            // directory a moment ago, so it is one of runsc's processes.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
-            killed += 1;
-        }
-    }
-    killed
-}
-
-fn describe_status(s: ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (s.code(), s.signal()) {
-        (Some(c), _) => format!("exited with status {c}"),
-        (None, Some(sig)) => format!("was killed by signal {sig}"),
-        _ => "ended abnormally".to_string(),
-    }
-}
-
-/// The last non-empty line of a child's output, cleaned for a report.
-fn last_line(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes)
-        .lines()
-        .map(str::trim)
-        .rfind(|l| !l.is_empty())
-        .map(clean_line)
-        .unwrap_or_default()
-}
-
-fn last_line_suffix(bytes: &[u8]) -> String {
-    let l = last_line(bytes);
-    if l.is_empty() {
-        l
-    } else {
-        format!(": {l}")
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -1146,7 +917,7 @@ mod tests {
         let long = "x".repeat(10_000);
         let (v, raw) = parse_runsc_version(&long);
         assert_eq!(v, "");
-        assert_eq!(raw.chars().count(), MAX_LINE_CHARS + 1);
+        assert_eq!(raw.chars().count(), hostio::child::MAX_LINE_CHARS + 1);
         assert!(raw.ends_with('…'));
     }
 

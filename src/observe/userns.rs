@@ -19,9 +19,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     host::HostPaths,
+    hostio,
     observe::{probe, skipped},
     proto::v1::{Probe, ProbeOutcome},
 };
+
+/// A uid_map has at most 340 lines (the kernel's limit); far below this.
+const MAX_UID_MAP_BYTES: usize = 32 * 1024;
 
 /// The hidden subcommand that runs the probes.
 pub const HELPER_ARG: &str = "__probe-userns";
@@ -47,7 +51,7 @@ pub struct HelperOutput {
 /// Whether this process runs in the initial user namespace: its uid_map is
 /// the identity over the whole 32-bit range.
 pub fn in_initial_user_namespace(paths: &HostPaths) -> Option<bool> {
-    let map = crate::observe::sysctl::read_capped(&paths.self_uid_map()).ok()?;
+    let map = hostio::read_value(&paths.self_uid_map(), MAX_UID_MAP_BYTES).ok()?;
     Some(parse_is_initial(&map))
 }
 
@@ -129,7 +133,7 @@ fn to_probe(raw: &RawProbe) -> Probe {
 /// Entry point of the helper process. Must run before any thread starts.
 pub fn helper_main() -> i32 {
     let initial = parse_is_initial(
-        &crate::observe::sysctl::read_capped(Path::new("/proc/self/uid_map")).unwrap_or_default(),
+        &hostio::read_value(Path::new("/proc/self/uid_map"), MAX_UID_MAP_BYTES).unwrap_or_default(),
     );
     let start = Instant::now();
     let (mut userns, ns) = helper::probe_userns(initial);
