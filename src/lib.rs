@@ -15,6 +15,5 @@ pub mod observe;
 pub mod output;
 pub mod proto;
 pub mod report;
-pub mod summary;
 pub mod sysctl_name;
 pub mod tls;
