@@ -7,8 +7,8 @@ use thiserror::Error;
 
 use crate::{
     proto::v1::{
-        DesiredState, Finding, GvisorReadiness, Probe, ProbeOutcome, Report, SysctlExpectation,
-        SysctlState, Verdict,
+        DesiredState, Finding, Gvisor, GvisorReadiness, Probe, ProbeOutcome, Report,
+        SysctlExpectation, SysctlState, Verdict,
     },
     report::{find_sysctl, outcome_word},
     sysctl_name::{self as sysctl, MAX_VALUE_BYTES},
@@ -116,9 +116,79 @@ pub fn shim_binary(runtime_type: &str) -> Option<String> {
     }
 }
 
-fn finding(code: &str, subject: &str, expected: &str, actual: &str, message: String) -> Finding {
+/// The code of a finding. The strings are a wire promise (the proto lists
+/// them and says they never change): clients match on them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FindingCode {
+    SysctlMismatch,
+    SysctlMissing,
+    SysctlUnreadable,
+    SysctlInvalidName,
+    UsernsCreateFailed,
+    IdmapMountFailed,
+    /// Informational: never blocks convergence.
+    NotInitialUserNamespace,
+    RuntimeHandlerMissing,
+    RuntimeShimMissing,
+    CriUnreachable,
+    GvisorNotReady,
+    SandboxProbeFailed,
+    SandboxProbeNotRun,
+}
+
+impl FindingCode {
+    /// Every code, in the order the proto lists them.
+    pub const ALL: [FindingCode; 13] = [
+        Self::SysctlMismatch,
+        Self::SysctlMissing,
+        Self::SysctlUnreadable,
+        Self::SysctlInvalidName,
+        Self::UsernsCreateFailed,
+        Self::IdmapMountFailed,
+        Self::NotInitialUserNamespace,
+        Self::RuntimeHandlerMissing,
+        Self::RuntimeShimMissing,
+        Self::CriUnreachable,
+        Self::GvisorNotReady,
+        Self::SandboxProbeFailed,
+        Self::SandboxProbeNotRun,
+    ];
+
+    /// The stable string sent in `Finding::code`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::SysctlMismatch => "SYSCTL_MISMATCH",
+            Self::SysctlMissing => "SYSCTL_MISSING",
+            Self::SysctlUnreadable => "SYSCTL_UNREADABLE",
+            Self::SysctlInvalidName => "SYSCTL_INVALID_NAME",
+            Self::UsernsCreateFailed => "USERNS_CREATE_FAILED",
+            Self::IdmapMountFailed => "IDMAP_MOUNT_FAILED",
+            Self::NotInitialUserNamespace => "NOT_INITIAL_USER_NAMESPACE",
+            Self::RuntimeHandlerMissing => "RUNTIME_HANDLER_MISSING",
+            Self::RuntimeShimMissing => "RUNTIME_SHIM_MISSING",
+            Self::CriUnreachable => "CRI_UNREACHABLE",
+            Self::GvisorNotReady => "GVISOR_NOT_READY",
+            Self::SandboxProbeFailed => "SANDBOX_PROBE_FAILED",
+            Self::SandboxProbeNotRun => "SANDBOX_PROBE_NOT_RUN",
+        }
+    }
+}
+
+impl std::fmt::Display for FindingCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+fn finding(
+    code: FindingCode,
+    subject: &str,
+    expected: &str,
+    actual: &str,
+    message: String,
+) -> Finding {
     Finding {
-        code: code.into(),
+        code: code.as_str().into(),
         subject: subject.into(),
         expected: expected.into(),
         actual: actual.into(),
@@ -132,97 +202,18 @@ fn probe_outcome(p: Option<&Probe>) -> ProbeOutcome {
         .unwrap_or(ProbeOutcome::Unspecified)
 }
 
-/// Judges a report against a desired state.
+/// Judges a report against a desired state: one part of the desired state
+/// at a time, findings in that order.
 pub fn evaluate(report: &Report, desired: &DesiredState) -> Verdict {
     let mut findings = Vec::new();
-    let userns = report.user_namespaces.as_ref();
-
-    let asks_userns_facts = desired.require_userns
-        || desired.require_idmap_mounts
-        || desired.sysctls.iter().any(|s| s.name.starts_with("user."));
-    if asks_userns_facts && userns.is_some_and(|u| !u.initial_user_namespace) {
-        findings.push(Finding {
-            blocking: false,
-            ..finding(
-                "NOT_INITIAL_USER_NAMESPACE",
-                "agent",
-                "initial user namespace",
-                "child user namespace",
-                "the agent does not run in the initial user namespace: user.* values and probes are that namespace's, not the host's".into(),
-            )
-        });
-    }
-
+    findings.extend(namespace_note(report, desired));
     for exp in &desired.sysctls {
-        if let Err(e) = sysctl::validate_name(&exp.name) {
-            findings.push(finding(
-                "SYSCTL_INVALID_NAME",
-                &exp.name,
-                &exp.value,
-                "",
-                e.to_string(),
-            ));
-            continue;
-        }
-        match find_sysctl(report, &exp.name) {
-            None => findings.push(finding(
-                "SYSCTL_MISSING",
-                &exp.name,
-                &exp.value,
-                "not observed",
-                format!("{} was not observed", exp.name),
-            )),
-            Some(s) => match SysctlState::try_from(s.state).unwrap_or(SysctlState::Unspecified) {
-                SysctlState::Present if values_equal(&exp.value, &s.value) => {}
-                SysctlState::Present => findings.push(finding(
-                    "SYSCTL_MISMATCH",
-                    &exp.name,
-                    exp.value.trim(),
-                    s.value.trim(),
-                    format!(
-                        "{} is {}, expected {}",
-                        exp.name,
-                        s.value.trim(),
-                        exp.value.trim()
-                    ),
-                )),
-                SysctlState::Absent => findings.push(finding(
-                    "SYSCTL_MISSING",
-                    &exp.name,
-                    &exp.value,
-                    "absent",
-                    format!("{} does not exist on this kernel", exp.name),
-                )),
-                SysctlState::Unreadable | SysctlState::Unspecified => findings.push(finding(
-                    "SYSCTL_UNREADABLE",
-                    &exp.name,
-                    &exp.value,
-                    "unreadable",
-                    format!("{} could not be read: {}", exp.name, s.error),
-                )),
-            },
-        }
+        findings.extend(sysctl_finding(report, exp));
     }
-
-    let probe_finding = |code: &str, subject: &str, p: Option<&Probe>, what: &str| {
-        let outcome = probe_outcome(p);
-        (outcome != ProbeOutcome::Passed).then(|| {
-            let detail = p
-                .map(|p| p.message.as_str())
-                .filter(|m| !m.is_empty())
-                .unwrap_or("not run");
-            finding(
-                code,
-                subject,
-                "passed",
-                outcome_word(p),
-                format!("{what}: {detail}"),
-            )
-        })
-    };
+    let userns = report.user_namespaces.as_ref();
     if desired.require_userns {
         findings.extend(probe_finding(
-            "USERNS_CREATE_FAILED",
+            FindingCode::UsernsCreateFailed,
             "user namespace",
             userns.and_then(|u| u.userns_create.as_ref()),
             "cannot create a user namespace",
@@ -230,122 +221,227 @@ pub fn evaluate(report: &Report, desired: &DesiredState) -> Verdict {
     }
     if desired.require_idmap_mounts {
         findings.extend(probe_finding(
-            "IDMAP_MOUNT_FAILED",
+            FindingCode::IdmapMountFailed,
             "idmapped mount",
             userns.and_then(|u| u.idmap_mount.as_ref()),
             "cannot create an idmapped mount",
         ));
     }
-
-    let gvisor = report.gvisor.as_ref();
-    let cri = gvisor.and_then(|g| g.cri.as_ref());
     for name in &desired.require_runtime_handlers {
-        let Some(cri) = cri.filter(|c| c.reachable) else {
-            let why = cri
-                .map(|c| c.error.as_str())
-                .filter(|e| !e.is_empty())
-                .unwrap_or("not observed");
-            findings.push(finding(
-                "CRI_UNREACHABLE",
-                name,
-                "handler reported by the CRI",
-                "CRI unreachable",
-                format!("cannot ask the CRI runtime about handler {name}: {why}"),
-            ));
-            continue;
-        };
-        let Some(handler) = cri.handlers.iter().find(|h| &h.name == name) else {
-            findings.push(finding(
-                "RUNTIME_HANDLER_MISSING",
-                name,
-                "reported by the CRI",
-                "absent",
-                format!(
-                    "the CRI runtime ({}) does not report the runtime handler {name}",
-                    cri.endpoint
-                ),
-            ));
-            continue;
-        };
-        // The shim: from the live runtime type, else from the drop-ins.
-        let runtime_type = Some(handler.runtime_type.as_str())
-            .filter(|t| !t.is_empty())
-            .or_else(|| {
-                gvisor?
-                    .configured_handlers
-                    .iter()
-                    .find(|c| &c.name == name)
-                    .map(|c| c.runtime_type.as_str())
-            });
-        let shim = runtime_type.and_then(shim_binary);
-        let observed = shim
-            .as_deref()
-            .and_then(|s| gvisor?.binaries.iter().find(|b| b.name == s));
-        if let Some(b) = observed {
-            if !(b.present && b.regular_file && b.executable) {
-                findings.push(finding(
-                    "RUNTIME_SHIM_MISSING",
-                    name,
-                    &format!("{} executable", b.name),
-                    if b.present { "not executable" } else { "absent" },
-                    format!(
-                        "handler {name} is registered but its shim {} is missing or not executable at {}",
-                        b.name, b.path
-                    ),
-                ));
-            }
-        }
+        findings.extend(handler_finding(report.gvisor.as_ref(), name));
     }
-
     if desired.require_gvisor {
-        let readiness = gvisor
-            .map(|g| GvisorReadiness::try_from(g.readiness).unwrap_or(GvisorReadiness::Unspecified))
-            .unwrap_or(GvisorReadiness::Unspecified);
-        if readiness != GvisorReadiness::Ready {
-            let reasons = gvisor.map(|g| g.reasons.join("; ")).unwrap_or_default();
-            findings.push(finding(
-                "GVISOR_NOT_READY",
-                "gvisor",
-                "READY",
-                crate::report::readiness_word(gvisor),
-                if reasons.is_empty() {
-                    "gVisor is not ready".into()
-                } else {
-                    format!("gVisor is not ready: {reasons}")
-                },
-            ));
-        }
+        findings.extend(gvisor_finding(report.gvisor.as_ref()));
     }
-
     if desired.require_sandbox_probe {
-        let p = gvisor.and_then(|g| g.sandbox.as_ref());
-        match probe_outcome(p) {
-            ProbeOutcome::Passed => {}
-            ProbeOutcome::Failed | ProbeOutcome::Error => findings.extend(probe_finding(
-                "SANDBOX_PROBE_FAILED",
-                "runsc",
-                p,
-                "the gVisor sandbox did not start",
-            )),
-            ProbeOutcome::Skipped | ProbeOutcome::Unspecified => findings.extend(probe_finding(
-                "SANDBOX_PROBE_NOT_RUN",
-                "runsc",
-                p,
-                "the gVisor sandbox probe did not run",
-            )),
-        }
+        findings.extend(sandbox_finding(report.gvisor.as_ref()));
     }
-
     Verdict {
         converged: !findings.iter().any(|f| f.blocking),
         findings,
     }
 }
 
+/// Informational: user namespace facts asked of an agent outside the
+/// initial user namespace are that namespace's, not the host's.
+fn namespace_note(report: &Report, desired: &DesiredState) -> Option<Finding> {
+    let asks_userns_facts = desired.require_userns
+        || desired.require_idmap_mounts
+        || desired.sysctls.iter().any(|s| s.name.starts_with("user."));
+    let outside = report
+        .user_namespaces
+        .as_ref()
+        .is_some_and(|u| !u.initial_user_namespace);
+    (asks_userns_facts && outside).then(|| Finding {
+        blocking: false,
+        ..finding(
+            FindingCode::NotInitialUserNamespace,
+            "agent",
+            "initial user namespace",
+            "child user namespace",
+            "the agent does not run in the initial user namespace: user.* values and probes are that namespace's, not the host's".into(),
+        )
+    })
+}
+
+fn sysctl_finding(report: &Report, exp: &SysctlExpectation) -> Option<Finding> {
+    if let Err(e) = sysctl::validate_name(&exp.name) {
+        return Some(finding(
+            FindingCode::SysctlInvalidName,
+            &exp.name,
+            &exp.value,
+            "",
+            e.to_string(),
+        ));
+    }
+    let Some(s) = find_sysctl(report, &exp.name) else {
+        return Some(finding(
+            FindingCode::SysctlMissing,
+            &exp.name,
+            &exp.value,
+            "not observed",
+            format!("{} was not observed", exp.name),
+        ));
+    };
+    match SysctlState::try_from(s.state).unwrap_or(SysctlState::Unspecified) {
+        SysctlState::Present if values_equal(&exp.value, &s.value) => None,
+        SysctlState::Present => Some(finding(
+            FindingCode::SysctlMismatch,
+            &exp.name,
+            exp.value.trim(),
+            s.value.trim(),
+            format!(
+                "{} is {}, expected {}",
+                exp.name,
+                s.value.trim(),
+                exp.value.trim()
+            ),
+        )),
+        SysctlState::Absent => Some(finding(
+            FindingCode::SysctlMissing,
+            &exp.name,
+            &exp.value,
+            "absent",
+            format!("{} does not exist on this kernel", exp.name),
+        )),
+        SysctlState::Unreadable | SysctlState::Unspecified => Some(finding(
+            FindingCode::SysctlUnreadable,
+            &exp.name,
+            &exp.value,
+            "unreadable",
+            format!("{} could not be read: {}", exp.name, s.error),
+        )),
+    }
+}
+
+/// A finding unless the probe passed.
+fn probe_finding(
+    code: FindingCode,
+    subject: &str,
+    p: Option<&Probe>,
+    what: &str,
+) -> Option<Finding> {
+    let outcome = probe_outcome(p);
+    (outcome != ProbeOutcome::Passed).then(|| {
+        let detail = p
+            .map(|p| p.message.as_str())
+            .filter(|m| !m.is_empty())
+            .unwrap_or("not run");
+        finding(
+            code,
+            subject,
+            "passed",
+            outcome_word(p),
+            format!("{what}: {detail}"),
+        )
+    })
+}
+
+/// A required runtime handler: the live CRI must report it, and its shim
+/// (when observed) must be executable.
+fn handler_finding(gvisor: Option<&Gvisor>, name: &str) -> Option<Finding> {
+    let cri = gvisor.and_then(|g| g.cri.as_ref());
+    let Some(cri) = cri.filter(|c| c.reachable) else {
+        let why = cri
+            .map(|c| c.error.as_str())
+            .filter(|e| !e.is_empty())
+            .unwrap_or("not observed");
+        return Some(finding(
+            FindingCode::CriUnreachable,
+            name,
+            "handler reported by the CRI",
+            "CRI unreachable",
+            format!("cannot ask the CRI runtime about handler {name}: {why}"),
+        ));
+    };
+    let Some(handler) = cri.handlers.iter().find(|h| h.name == name) else {
+        return Some(finding(
+            FindingCode::RuntimeHandlerMissing,
+            name,
+            "reported by the CRI",
+            "absent",
+            format!(
+                "the CRI runtime ({}) does not report the runtime handler {name}",
+                cri.endpoint
+            ),
+        ));
+    };
+    // The shim: from the live runtime type, else from the drop-ins.
+    let runtime_type = Some(handler.runtime_type.as_str())
+        .filter(|t| !t.is_empty())
+        .or_else(|| {
+            gvisor?
+                .configured_handlers
+                .iter()
+                .find(|c| c.name == name)
+                .map(|c| c.runtime_type.as_str())
+        });
+    let shim = runtime_type.and_then(shim_binary);
+    let b = shim
+        .as_deref()
+        .and_then(|s| gvisor?.binaries.iter().find(|b| b.name == s))?;
+    (!(b.present && b.regular_file && b.executable)).then(|| {
+        finding(
+            FindingCode::RuntimeShimMissing,
+            name,
+            &format!("{} executable", b.name),
+            if b.present {
+                "not executable"
+            } else {
+                "absent"
+            },
+            format!(
+                "handler {name} is registered but its shim {} is missing or not executable at {}",
+                b.name, b.path
+            ),
+        )
+    })
+}
+
+fn gvisor_finding(gvisor: Option<&Gvisor>) -> Option<Finding> {
+    let readiness = gvisor
+        .map(|g| GvisorReadiness::try_from(g.readiness).unwrap_or(GvisorReadiness::Unspecified))
+        .unwrap_or(GvisorReadiness::Unspecified);
+    if readiness == GvisorReadiness::Ready {
+        return None;
+    }
+    let reasons = gvisor.map(|g| g.reasons.join("; ")).unwrap_or_default();
+    Some(finding(
+        FindingCode::GvisorNotReady,
+        "gvisor",
+        "READY",
+        crate::report::readiness_word(gvisor),
+        if reasons.is_empty() {
+            "gVisor is not ready".into()
+        } else {
+            format!("gVisor is not ready: {reasons}")
+        },
+    ))
+}
+
+fn sandbox_finding(gvisor: Option<&Gvisor>) -> Option<Finding> {
+    let p = gvisor.and_then(|g| g.sandbox.as_ref());
+    match probe_outcome(p) {
+        ProbeOutcome::Passed => None,
+        ProbeOutcome::Failed | ProbeOutcome::Error => probe_finding(
+            FindingCode::SandboxProbeFailed,
+            "runsc",
+            p,
+            "the gVisor sandbox did not start",
+        ),
+        ProbeOutcome::Skipped | ProbeOutcome::Unspecified => probe_finding(
+            FindingCode::SandboxProbeNotRun,
+            "runsc",
+            p,
+            "the gVisor sandbox probe did not run",
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::v1::{Binary, CriRuntime, Gvisor, RuntimeHandler, Sysctl, UserNamespaces};
+    use crate::proto::v1::{Binary, CriRuntime, RuntimeHandler, Sysctl, UserNamespaces};
 
     fn sysctl(name: &str, state: SysctlState, value: &str) -> Sysctl {
         Sysctl {
@@ -662,5 +758,26 @@ mod tests {
             Some("containerd-shim-runsc-v1")
         );
         assert_eq!(shim_binary("bogus"), None);
+    }
+
+    /// The codes are a wire promise: each string is unique and is exactly
+    /// the list in the proto's comment above `message Finding`.
+    #[test]
+    fn finding_codes_are_unique_and_match_the_proto() {
+        let proto = include_str!("../proto/sandbox_readiness/v1/readiness.proto");
+        let start = proto.find("// Finding codes (stable):").unwrap();
+        let end = start + proto[start..].find("message Finding").unwrap();
+        let listed: Vec<&str> = proto[start..end]
+            .trim_start_matches("// Finding codes (stable):")
+            .split(|c: char| !(c.is_ascii_uppercase() || c == '_'))
+            .filter(|w| w.len() > 1 && w.contains('_'))
+            .collect();
+        let ours: Vec<&str> = FindingCode::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(ours, listed);
+        let unique: std::collections::BTreeSet<&str> = ours.iter().copied().collect();
+        assert_eq!(unique.len(), ours.len(), "{ours:?}");
+        assert!(ours
+            .iter()
+            .all(|c| c.chars().all(|ch| ch.is_ascii_uppercase() || ch == '_')));
     }
 }
