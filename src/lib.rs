@@ -2,8 +2,11 @@
 //! user namespaces and gVisor, evaluate it against a desired state, and serve
 //! or print the result.
 //!
-//! Data flows one way: [`observe`] → [`report`] → [`evaluate`] → [`agent`]
-//! (serve) / [`output`] (print) / [`fleet`] (ask many agents).
+//! Data flows one way: [`observe`] (raw facts, through [`hostio`]) →
+//! [`report`] (one [`report::derive`] step computes every derived field) →
+//! [`evaluate`] → [`agent`] (serve) / [`output`] (print) / [`fleet`] (ask
+//! many agents). [`sysctl_name`] is the pure naming rule both observation
+//! and evaluation use.
 
 pub mod agent;
 pub mod cli;
