@@ -2,8 +2,11 @@
 //! user namespaces and gVisor, evaluate it against a desired state, and serve
 //! or print the result.
 //!
-//! Data flows one way: [`observe`] → [`report`] → [`evaluate`] → [`agent`]
-//! (serve) / [`probe`] and [`output`] (print) / [`fleet`] (ask many agents).
+//! Data flows one way: [`observe`] (raw facts, through [`hostio`]) →
+//! [`report`] (one [`report::derive`] step computes every derived field) →
+//! [`evaluate`] → [`agent`] (serve) / [`probe`] and [`output`] (print) /
+//! [`fleet`] (ask many agents). [`sysctl_name`] is the pure naming rule both
+//! observation and evaluation use; [`text`] cleans what reaches a terminal.
 //! The library never parses flags, picks an exit code or exits the process:
 //! that is the binary's CLI layer.
 
@@ -11,11 +14,12 @@ pub mod agent;
 pub mod evaluate;
 pub mod fleet;
 pub mod host;
+pub mod hostio;
 pub mod observe;
 pub mod output;
 pub mod probe;
 pub mod proto;
 pub mod report;
-pub mod summary;
+pub mod sysctl_name;
 pub mod text;
 pub mod tls;

@@ -24,6 +24,15 @@ pub fn clean_capped(s: &str, max_chars: usize) -> String {
     out
 }
 
+/// The longest line [`report_line`] keeps.
+pub const REPORT_LINE_CHARS: usize = 256;
+
+/// A single line fit for a report (a child's error, a version string):
+/// cleaned, and at most [`REPORT_LINE_CHARS`] characters.
+pub fn report_line(s: &str) -> String {
+    clean_capped(s, REPORT_LINE_CHARS)
+}
+
 /// Like [`clean_line`] but keeps line breaks (for multi-line report text).
 pub fn clean_text(s: &str) -> String {
     s.lines().map(clean_line).collect::<Vec<_>>().join("\n")

@@ -26,14 +26,14 @@ mod cri {
     include!(concat!(env!("OUT_DIR"), "/cri-server/runtime.v1.rs"));
 }
 
-use sandbox_readiness::{
-    observe::cri::{observe, DEFAULT_TIMEOUT, SOURCE_INFO_CONFIG, SOURCE_RUNTIME_HANDLERS},
-    proto::v1::CriRuntime,
-};
 use cri::{
     runtime_service_server::{RuntimeService, RuntimeServiceServer},
     RuntimeCondition, RuntimeFeatures, RuntimeHandler, RuntimeHandlerFeatures, RuntimeStatus,
     StatusRequest, StatusResponse, VersionRequest, VersionResponse,
+};
+use sandbox_readiness::{
+    observe::cri::{observe, DEFAULT_TIMEOUT, SOURCE_INFO_CONFIG, SOURCE_RUNTIME_HANDLERS},
+    proto::v1::CriRuntime,
 };
 use support::containerd::{leftovers, shim_socket, Containerd, Options};
 use tokio::sync::oneshot;

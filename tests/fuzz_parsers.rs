@@ -23,10 +23,11 @@ use sandbox_readiness::{
         cri::handlers_from_info_config,
         gvisor::{handlers_from_drop_in, parse_runsc_version, ConfigLookup},
         node::parse_os_release,
-        sysctl::{self, name_parts, validate_name, MAX_VALUE_BYTES},
+        sysctl,
         userns::parse_is_initial,
     },
     proto::v1::SysctlState,
+    sysctl_name::{name_parts, validate_name, MAX_VALUE_BYTES},
 };
 
 /// Text that is mostly the characters a sysctl name or a traversal uses.

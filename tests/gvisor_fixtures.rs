@@ -17,13 +17,13 @@ use std::time::{Duration, Instant};
 use sandbox_readiness::host::HostPaths;
 use sandbox_readiness::observe::gvisor::{
     default_runsc_path, default_shim_path, observe_binaries, observe_drop_ins, observe_kvm,
-    preconditions, sandbox_probe, PLUGIN_CRI_V1_RUNTIME, PLUGIN_GRPC_V1_CRI, PRECONDITION_KVM,
+    sandbox_probe, GvisorObserver, PLUGIN_CRI_V1_RUNTIME, PLUGIN_GRPC_V1_CRI, PRECONDITION_KVM,
     RUNSC_RUNTIME_TYPE,
 };
 use sandbox_readiness::proto::v1::{
     CriRuntime, Gvisor, GvisorReadiness, ProbeOutcome, RuntimeHandler, Sysctl, SysctlState,
 };
-use sandbox_readiness::summary::gvisor_readiness;
+use sandbox_readiness::report::{gvisor::gvisor_readiness, preconditions::preconditions};
 use tempfile::TempDir;
 
 const EXEC_TIMEOUT: Duration = Duration::from_secs(2);
@@ -821,12 +821,13 @@ async fn runsc_version_is_asked_once_per_binary() {
             .unwrap_or(0)
     };
 
-    let first =
-        sandbox_readiness::observe::gvisor::observe_binaries(&runsc, &shim, Duration::from_secs(2))
-            .await;
-    let second =
-        sandbox_readiness::observe::gvisor::observe_binaries(&runsc, &shim, Duration::from_secs(2))
-            .await;
+    let observer = GvisorObserver::default();
+    let first = observer
+        .observe_binaries(&runsc, &shim, Duration::from_secs(2))
+        .await;
+    let second = observer
+        .observe_binaries(&runsc, &shim, Duration::from_secs(2))
+        .await;
     assert_eq!(first[0].version, "release-20260810.0");
     assert_eq!(second[0].version, "release-20260810.0");
     assert_eq!(count(), 1, "the unchanged binary was asked again");
@@ -836,9 +837,9 @@ async fn runsc_version_is_asked_once_per_binary() {
     std::fs::write(&new, script("release-20261101.0")).unwrap();
     chmod(&new, 0o755);
     std::fs::rename(&new, &runsc).unwrap();
-    let third =
-        sandbox_readiness::observe::gvisor::observe_binaries(&runsc, &shim, Duration::from_secs(2))
-            .await;
+    let third = observer
+        .observe_binaries(&runsc, &shim, Duration::from_secs(2))
+        .await;
     assert_eq!(third[0].version, "release-20261101.0");
     assert_eq!(count(), 2);
 }

@@ -11,7 +11,7 @@ use tokio::{sync::watch, time::Instant};
 
 use crate::{
     agent::{
-        state::{start_with, Observation, Source, State, Timing},
+        state::{start_with, ObservationFuture, Source, State, Timing},
         tracked::TRACK_TTL,
     },
     observe::Scope,
@@ -69,7 +69,12 @@ impl Scripted {
 }
 
 impl Source for Scripted {
-    fn observe(&self, scope: Scope, extra: Vec<String>, carried: Option<Probe>) -> Observation {
+    fn observe(
+        &self,
+        scope: Scope,
+        extra: Vec<String>,
+        carried: Option<Probe>,
+    ) -> ObservationFuture {
         let n = {
             let mut starts = self.starts.lock().unwrap();
             starts.push((Instant::now(), scope));

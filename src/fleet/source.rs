@@ -1,91 +1,54 @@
 //! Reading node sources: files (size-capped), stdin, and `--nodes-cmd`
-//! (a shell command under a timeout, killed with its whole process group).
+//! (a shell command under a timeout, killed with its whole process group),
+//! all through [`hostio`].
 
-use std::{io::Read, path::Path, process::Stdio, time::Duration};
+use std::{path::Path, time::Duration};
 
-use tokio::{io::AsyncReadExt, process::Command};
+use tokio::process::Command;
 
 use super::nodes::{self, Node};
+use crate::hostio::{self, Capture, Keep};
 
 /// Node documents larger than this are refused (a NodeList of 5000 nodes
 /// is about 50 MiB with managed fields).
-pub const MAX_DOCUMENT_BYTES: u64 = 128 * 1024 * 1024;
+pub const MAX_DOCUMENT_BYTES: usize = 128 * 1024 * 1024;
 
 /// Keep this much of a failing command's stderr for the error line.
-const MAX_STDERR_BYTES: u64 = 64 * 1024;
+const MAX_STDERR_BYTES: usize = 64 * 1024;
 
-/// Reads a file, or stdin for `-`, refusing more than `MAX_DOCUMENT_BYTES`
-/// (so `/dev/zero` is an error, not a hang or an out-of-memory).
+/// Reads a node file, or stdin for `-`, refusing more than
+/// `MAX_DOCUMENT_BYTES`; errors name the flag: "--kube-nodes m.json: …".
 pub fn read_capped(path: &Path, what: &str) -> Result<String, String> {
-    let mut buf = Vec::new();
-    let shown = path.display();
-    let read = if path == Path::new("-") {
-        std::io::stdin()
-            .lock()
-            .take(MAX_DOCUMENT_BYTES + 1)
-            .read_to_end(&mut buf)
-    } else {
-        std::fs::File::open(path).and_then(|f| f.take(MAX_DOCUMENT_BYTES + 1).read_to_end(&mut buf))
-    };
-    read.map_err(|e| format!("{what} {shown}: {e}"))?;
-    if buf.len() as u64 > MAX_DOCUMENT_BYTES {
-        return Err(format!(
-            "{what} {shown}: larger than {} MiB",
-            MAX_DOCUMENT_BYTES >> 20
-        ));
-    }
-    String::from_utf8(buf).map_err(|_| format!("{what} {shown}: not UTF-8 text"))
+    hostio::read_operator_file(path, MAX_DOCUMENT_BYTES)
+        .map_err(|e| format!("{what} {}: {}", path.display(), e.reason()))
 }
 
 /// Runs `sh -c CMD` and parses its standard output as nodes (NodeList JSON
 /// or one entry per line). Errors are one line: the exit status and the
 /// first line of stderr, a timeout, or the parse error.
 pub async fn run_nodes_cmd(cmd: &str, port: u16, limit: Duration) -> Result<Vec<Node>, String> {
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg(cmd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own process group, so a timeout kills what it started too
-        // (kubectl under sh), not only the shell.
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
+    let mut sh = Command::new("sh");
+    sh.arg("-c").arg(cmd);
+    let capture = Capture {
+        stdout: Keep::Head(MAX_DOCUMENT_BYTES),
+        stderr: Keep::Head(MAX_STDERR_BYTES),
+        // The shell may have exited while something it started still runs.
+        kill_group_after_exit: true,
+    };
+    let ran = hostio::run(sh, limit, capture, None)
+        .await
         .map_err(|e| format!("--nodes-cmd: cannot start sh: {e}"))?;
-    let pid = child.id();
-    let (Some(mut stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        return Err("--nodes-cmd: no pipes to the command".into());
+    if ran.timed_out {
+        return Err(format!(
+            "--nodes-cmd timed out after {}",
+            crate::text::fmt_duration(limit)
+        ));
+    }
+    let Some(status) = ran.status else {
+        return Err("--nodes-cmd: the command could not be reaped".into());
     };
-    let run = async {
-        let mut out = Vec::new();
-        let mut err = Vec::new();
-        let mut stderr = stderr.take(MAX_STDERR_BYTES);
-        let mut capped = (&mut stdout).take(MAX_DOCUMENT_BYTES + 1);
-        let (o, e, status) = tokio::join!(
-            capped.read_to_end(&mut out),
-            stderr.read_to_end(&mut err),
-            child.wait()
-        );
-        (o.map(|_| out), e.map(|_| err), status)
-    };
-    let (out, err, status) = match tokio::time::timeout(limit, run).await {
-        Ok(r) => r,
-        Err(_) => {
-            kill_group(pid);
-            return Err(format!(
-                "--nodes-cmd timed out after {}",
-                crate::text::fmt_duration(limit)
-            ));
-        }
-    };
-    // The shell may have exited while something it started still runs.
-    kill_group(pid);
-    let status = status.map_err(|e| format!("--nodes-cmd: {e}"))?;
-    let out = out.map_err(|e| format!("--nodes-cmd: reading its output: {e}"))?;
     if !status.success() {
-        let err = err.unwrap_or_default();
-        let text = String::from_utf8_lossy(&err);
+        let text = String::from_utf8_lossy(&ran.stderr);
         let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
         return Err(format!(
             "--nodes-cmd failed ({status}){}{}",
@@ -93,30 +56,15 @@ pub async fn run_nodes_cmd(cmd: &str, port: u16, limit: Duration) -> Result<Vec<
             crate::text::clean_line(first.trim())
         ));
     }
-    if out.len() as u64 > MAX_DOCUMENT_BYTES {
+    if ran.stdout_overflowed {
         return Err(format!(
             "--nodes-cmd printed more than {} MiB",
             MAX_DOCUMENT_BYTES >> 20
         ));
     }
-    let text =
-        String::from_utf8(out).map_err(|_| "--nodes-cmd printed non-UTF-8 output".to_string())?;
+    let text = String::from_utf8(ran.stdout)
+        .map_err(|_| "--nodes-cmd printed non-UTF-8 output".to_string())?;
     nodes::parse_cmd_output(&text, port).map_err(|e| e.to_string())
-}
-
-fn kill_group(pid: Option<u32>) {
-    let Some(pgid) = pid.and_then(|p| libc::pid_t::try_from(p).ok()) else {
-        return;
-    };
-    if pgid <= 1 {
-        return;
-    }
-    // SAFETY: kill(2) with a negative pid signals the process group we
-    // created for the command (process_group(0) made its pid the group id);
-    // it touches no memory of ours. ESRCH (already gone) is fine.
-    unsafe {
-        libc::kill(-pgid, libc::SIGKILL);
-    }
 }
 
 #[cfg(test)]
@@ -190,6 +138,6 @@ mod tests {
         std::fs::write(&p, [0xff, 0xfe]).unwrap();
         assert!(read_capped(&p, "f")
             .unwrap_err()
-            .ends_with("not UTF-8 text"));
+            .ends_with("not valid UTF-8"));
     }
 }

@@ -3,6 +3,10 @@
 //! Each submodule returns plain report data and never panics: a failure to
 //! read or probe becomes a reported error inside the data, so evaluation can
 //! say "unknown" or "failed" instead of the whole request failing.
+//!
+//! Observation returns raw facts only ([`Observation`]); every derived field
+//! is computed once, by [`crate::report::derive`]. Host files and child
+//! processes are touched only through [`crate::hostio`].
 
 pub mod cri;
 pub mod gvisor;
@@ -17,8 +21,10 @@ use std::{
 
 use crate::{
     host::HostPaths,
-    proto::v1::{AgentInfo, Gvisor, Probe, ProbeOutcome, Report, UserNamespaces},
+    proto::v1::{AgentInfo, Probe, ProbeOutcome, Report, UserNamespaces},
+    report::Facts,
 };
+use gvisor::GvisorObserver;
 
 /// Where and how to observe.
 #[derive(Debug, Clone)]
@@ -51,35 +57,97 @@ pub struct Scope {
     pub sandbox: bool,
 }
 
-/// Observes everything once. Never fails: every problem is data in the report.
-pub async fn observe(cfg: &ObserveConfig, scope: Scope) -> Report {
-    let sysctls_all = sysctl::read_all(&cfg.paths.proc_sys(), &[]);
-    let initial = userns::in_initial_user_namespace(&cfg.paths);
-    let (userns_create, idmap_mount) = userns::observe(&cfg.helper_exe, cfg.probe_timeout).await;
-    let namespace_note = match initial {
-        Some(true) => String::new(),
-        Some(false) => "the agent is not in the initial user namespace: user.* values and probes are this namespace's, not the host's".into(),
-        None => "cannot tell whether the agent is in the initial user namespace (uid_map unreadable)".into(),
-    };
-    let gvisor = gvisor_tiers(cfg, &sysctls_all, initial.unwrap_or(true), scope).await;
-    Report {
-        node: Some(node::observe(&cfg.paths)),
-        agent: Some(AgentInfo {
-            version: node::AGENT_VERSION.to_string(),
-            ..AgentInfo::default()
-        }),
-        observed_at: Some(pb_timestamp(SystemTime::now())),
-        user_namespaces: Some(UserNamespaces {
-            sysctls: sysctls_all,
-            initial_user_namespace: initial.unwrap_or(false),
-            namespace_note,
-            userns_create: Some(userns_create),
-            idmap_mount: Some(idmap_mount),
-        }),
-        gvisor: Some(gvisor),
-        sysctls: read_extra(cfg, &cfg.extra_sysctls),
-        ..Report::default()
+/// Raw facts from one observation: the report with its derived fields
+/// still empty, and what derive needs besides. [`Observation::into_report`]
+/// (or [`crate::report::derive`]) completes it.
+#[derive(Debug, Clone, Default)]
+pub struct Observation {
+    pub report: Report,
+    pub facts: Facts,
+}
+
+impl Observation {
+    /// Derives every derived field and returns the complete report.
+    pub fn into_report(mut self) -> Report {
+        crate::report::derive(&mut self.report, &self.facts);
+        self.report
     }
+}
+
+/// Observes a node. Holds what outlives one observation (the gVisor
+/// observer's `runsc --version` answer), so a long-lived caller keeps one.
+#[derive(Debug)]
+pub struct Observer {
+    cfg: ObserveConfig,
+    gvisor: GvisorObserver,
+}
+
+impl Observer {
+    pub fn new(cfg: ObserveConfig) -> Self {
+        Self {
+            cfg,
+            gvisor: GvisorObserver::default(),
+        }
+    }
+
+    /// Where and how it observes.
+    pub fn config(&self) -> &ObserveConfig {
+        &self.cfg
+    }
+
+    /// Observes everything once and derives the complete report. Never
+    /// fails: every problem is data in the report.
+    pub async fn observe(&self, scope: Scope) -> Report {
+        self.observe_raw(scope, &self.cfg.extra_sysctls)
+            .await
+            .into_report()
+    }
+
+    /// Observes everything once, with `extra` sysctls besides the user
+    /// namespace ones, returning raw facts only (for a caller that merges in
+    /// facts of its own before deriving once).
+    pub async fn observe_raw(&self, scope: Scope, extra: &[String]) -> Observation {
+        let cfg = &self.cfg;
+        let sysctls_all = sysctl::read_all(&cfg.paths.proc_sys(), &[]);
+        let initial = userns::in_initial_user_namespace(&cfg.paths);
+        let (userns_create, idmap_mount) =
+            userns::observe(&cfg.helper_exe, cfg.probe_timeout).await;
+        let rootless = !initial.unwrap_or(true);
+        let gvisor = self
+            .gvisor
+            .observe(&cfg.gvisor, &cfg.paths, rootless, scope)
+            .await;
+        let report = Report {
+            node: Some(node::observe(&cfg.paths)),
+            agent: Some(AgentInfo {
+                version: node::AGENT_VERSION.to_string(),
+                ..AgentInfo::default()
+            }),
+            observed_at: Some(pb_timestamp(SystemTime::now())),
+            user_namespaces: Some(UserNamespaces {
+                sysctls: sysctls_all,
+                userns_create: Some(userns_create),
+                idmap_mount: Some(idmap_mount),
+                ..UserNamespaces::default()
+            }),
+            gvisor: Some(gvisor.gvisor),
+            sysctls: read_extra(cfg, extra),
+            ..Report::default()
+        };
+        Observation {
+            report,
+            facts: Facts {
+                initial_user_namespace: initial,
+                kvm_present: gvisor.kvm_present,
+            },
+        }
+    }
+}
+
+/// Observes everything once with a fresh [`Observer`] (a one-shot caller
+/// such as `probe`; nothing is cached between calls).
+pub async fn observe(cfg: &ObserveConfig, scope: Scope) -> Report {
+    Observer::new(cfg.clone()).observe(scope).await
 }
 
 /// Reads sysctls outside the user namespace set (validated names only).
@@ -98,58 +166,12 @@ pub fn read_extra(cfg: &ObserveConfig, names: &[String]) -> Vec<crate::proto::v1
         .collect()
 }
 
-/// The cheap part of an observation: only the sysctls, to notice a change
-/// between full observations.
-pub fn sysctl_snapshot(cfg: &ObserveConfig) -> Vec<crate::proto::v1::Sysctl> {
+/// The cheap part of an observation: only the sysctls (the user namespace
+/// ones and `extra`), to notice a change between full observations.
+pub fn sysctl_snapshot(cfg: &ObserveConfig, extra: &[String]) -> Vec<crate::proto::v1::Sysctl> {
     let mut all = sysctl::read_all(&cfg.paths.proc_sys(), &[]);
-    all.extend(read_extra(cfg, &cfg.extra_sysctls));
+    all.extend(read_extra(cfg, extra));
     all
-}
-
-async fn gvisor_tiers(
-    cfg: &ObserveConfig,
-    sysctls: &[crate::proto::v1::Sysctl],
-    initial: bool,
-    scope: Scope,
-) -> Gvisor {
-    let g = &cfg.gvisor;
-    let (binaries, cri) = tokio::join!(
-        gvisor::observe_binaries(&g.runsc_path, &g.shim_path, g.exec_timeout),
-        cri::observe(&g.cri_endpoint, g.cri_timeout),
-    );
-    let (drop_ins, configured_handlers) = gvisor::observe_drop_ins(&g.cri_conf_dir, &cfg.paths);
-    let preconditions = gvisor::preconditions(
-        sysctls,
-        &configured_handlers,
-        gvisor::observe_kvm(&cfg.paths),
-    );
-    let sandbox = if scope.sandbox {
-        let platform = configured_handlers
-            .iter()
-            .find(|h| h.name == "runsc")
-            .map(|h| h.platform.clone())
-            .filter(|p| !p.is_empty());
-        gvisor::sandbox_probe(
-            &g.runsc_path,
-            !initial,
-            platform.as_deref(),
-            g.sandbox_timeout,
-        )
-        .await
-    } else {
-        skipped("not run (ask for it with --sandbox-probe or --require-sandbox-probe)")
-    };
-    let mut out = Gvisor {
-        binaries,
-        drop_ins,
-        configured_handlers,
-        cri: Some(cri),
-        preconditions,
-        sandbox: Some(sandbox),
-        ..Gvisor::default()
-    };
-    summarise(&mut out);
-    out
 }
 
 /// Converts a `std` duration to the protobuf one.
@@ -221,11 +243,4 @@ pub fn skipped(message: impl Into<String>) -> Probe {
         message: message.into(),
         ..Probe::default()
     }
-}
-
-/// Recomputes the gVisor summary from its tiers.
-pub fn summarise(g: &mut Gvisor) {
-    let (readiness, reasons) = crate::summary::gvisor_readiness(g);
-    g.readiness = readiness as i32;
-    g.reasons = reasons;
 }

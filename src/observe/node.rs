@@ -1,17 +1,22 @@
 //! Node identity: which machine, which boot, which OS.
 
-use crate::{
-    host::HostPaths,
-    observe::sysctl::{read_capped, read_file_capped},
-    proto::v1::NodeIdentity,
-};
+use crate::{host::HostPaths, hostio, proto::v1::NodeIdentity};
+
+/// Identity files (hostname, ids, kernel release) are one short line.
+const MAX_ID_BYTES: usize = 4096;
+/// os-release is a few hundred bytes; anything this big is not one.
+const MAX_OS_RELEASE_BYTES: usize = 64 * 1024;
 
 /// The agent's own version, from Cargo.toml.
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Reads the node's identity. Unreadable pieces stay empty.
 pub fn observe(paths: &HostPaths) -> NodeIdentity {
-    let read = |p: &std::path::Path| read_capped(p).map(|s| s.trim().to_string()).ok();
+    let read = |p: &std::path::Path| {
+        hostio::read_value(p, MAX_ID_BYTES)
+            .map(|s| s.trim().to_string())
+            .ok()
+    };
 
     // The host's /etc/hostname first: an extension service has its own UTS
     // namespace, so the kernel's answer there is the container's name.
@@ -25,7 +30,7 @@ pub fn observe(paths: &HostPaths) -> NodeIdentity {
     let (os_name, os_version_id) = paths
         .os_release()
         .iter()
-        .find_map(|p| read_file_capped(p, 64 * 1024).ok())
+        .find_map(|p| hostio::read_value(p, MAX_OS_RELEASE_BYTES).ok())
         .map(|text| parse_os_release(&text))
         .unwrap_or_default();
 

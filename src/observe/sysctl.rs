@@ -1,24 +1,13 @@
-//! Sysctls read from `/proc/sys`, and the validation of sysctl names.
-//!
-//! A sysctl name becomes a path under `/proc/sys`, so every name that comes
-//! from a flag or a request is validated first: no `..`, no empty parts, no
-//! characters outside the kernel's naming habits.
+//! Sysctls read from `/proc/sys`. Names are validated by
+//! [`crate::sysctl_name`] before they become paths.
 
-use std::{
-    fs,
-    io::Read,
-    os::unix::fs::{FileTypeExt, OpenOptionsExt},
-    path::Path,
+use std::{fs, path::Path};
+
+use crate::{
+    hostio,
+    proto::v1::{Sysctl, SysctlState},
+    sysctl_name::{name_parts, MAX_VALUE_BYTES},
 };
-
-use thiserror::Error;
-
-use crate::proto::v1::{Sysctl, SysctlState};
-
-/// Values longer than this are refused (every real sysctl is far shorter).
-pub const MAX_VALUE_BYTES: usize = 4096;
-/// Names longer than this are refused.
-pub const MAX_NAME_BYTES: usize = 256;
 
 /// The sysctls that decide whether user namespaces can be created, besides
 /// every `user.max_*_namespaces` (listed from the directory).
@@ -27,63 +16,6 @@ pub const USERNS_EXTRA: &[&str] = &[
     "kernel.apparmor_restrict_unprivileged_userns",
     "kernel.yama.ptrace_scope",
 ];
-
-/// Why a sysctl name was refused.
-#[derive(Debug, Error, PartialEq, Eq)]
-pub enum NameError {
-    #[error("sysctl name is empty")]
-    Empty,
-    #[error("sysctl name {0:?} is longer than {MAX_NAME_BYTES} bytes")]
-    TooLong(String),
-    #[error("sysctl name {0:?} has an empty part")]
-    EmptyPart(String),
-    #[error("sysctl name {0:?} has a '.' or '..' part")]
-    DotPart(String),
-    #[error("sysctl name {name:?} has the character {ch:?}; allowed are letters, digits, '_', '-' and '.' separators")]
-    BadChar { name: String, ch: char },
-}
-
-/// Splits a sysctl name into its path parts, validating it.
-///
-/// Accepts the dotted form (`user.max_user_namespaces`) and, like sysctl(8),
-/// the slashed form for names whose parts contain dots
-/// (`net/ipv4/conf/eth0.100/rp_filter`).
-pub fn name_parts(name: &str) -> Result<Vec<&str>, NameError> {
-    if name.is_empty() {
-        return Err(NameError::Empty);
-    }
-    if name.len() > MAX_NAME_BYTES {
-        return Err(NameError::TooLong(name.chars().take(64).collect()));
-    }
-    let slashed = name.contains('/');
-    let parts: Vec<&str> = if slashed {
-        name.split('/').collect()
-    } else {
-        name.split('.').collect()
-    };
-    for part in &parts {
-        if part.is_empty() {
-            return Err(NameError::EmptyPart(name.to_string()));
-        }
-        if *part == "." || *part == ".." {
-            return Err(NameError::DotPart(name.to_string()));
-        }
-        if let Some(ch) = part.chars().find(|c| {
-            !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-' || (slashed && *c == '.'))
-        }) {
-            return Err(NameError::BadChar {
-                name: name.to_string(),
-                ch,
-            });
-        }
-    }
-    Ok(parts)
-}
-
-/// Checks a sysctl name without reading anything.
-pub fn validate_name(name: &str) -> Result<(), NameError> {
-    name_parts(name).map(|_| ())
-}
 
 /// Reads one sysctl. Never fails: absence and errors are reported in the result.
 pub fn read(proc_sys: &Path, name: &str) -> Sysctl {
@@ -102,64 +34,20 @@ pub fn read(proc_sys: &Path, name: &str) -> Sysctl {
     let path = parts
         .iter()
         .fold(proc_sys.to_path_buf(), |p, part| p.join(part));
-    match read_capped(&path) {
+    match hostio::read_value(&path, MAX_VALUE_BYTES) {
         Ok(value) => {
             out.state = SysctlState::Present as i32;
             out.value = value;
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        Err(e) if e.is_not_found() => {
             out.state = SysctlState::Absent as i32;
         }
         Err(e) => {
             out.state = SysctlState::Unreadable as i32;
-            out.error = format!("cannot read {}: {e}", path.display());
+            out.error = e.to_string();
         }
     }
     out
-}
-
-/// Reads a small text file, refusing more than [`MAX_VALUE_BYTES`].
-pub fn read_capped(path: &Path) -> std::io::Result<String> {
-    read_file_capped(path, MAX_VALUE_BYTES)
-}
-
-/// Reads a small host text file: regular files only, opened non-blocking
-/// (a FIFO planted in place of a host file must not hang an observation),
-/// at most `max` bytes, trailing newline removed.
-pub fn read_file_capped(path: &Path, max: usize) -> std::io::Result<String> {
-    let file = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
-    let kind = file.metadata()?.file_type();
-    if kind.is_dir() {
-        return Err(std::io::Error::from_raw_os_error(libc::EISDIR));
-    }
-    if !kind.is_file() {
-        let what = if kind.is_fifo() {
-            "a FIFO"
-        } else if kind.is_socket() {
-            "a socket"
-        } else if kind.is_char_device() || kind.is_block_device() {
-            "a device"
-        } else {
-            "a special file"
-        };
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!("{what}, not a regular file"),
-        ));
-    }
-    let mut buf = Vec::with_capacity(64);
-    file.take(max as u64 + 1).read_to_end(&mut buf)?;
-    if buf.len() > max {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("value is longer than {max} bytes"),
-        ));
-    }
-    let text = String::from_utf8_lossy(&buf);
-    Ok(text.trim_end_matches('\n').to_string())
 }
 
 /// Every `user.max_*_namespaces` the kernel has, sorted, plus [`USERNS_EXTRA`].
@@ -198,43 +86,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn accepts_real_names() {
-        assert_eq!(
-            name_parts("user.max_user_namespaces"),
-            Ok(vec!["user", "max_user_namespaces"])
-        );
-        assert_eq!(
-            name_parts("net/ipv4/conf/eth0.100/rp_filter"),
-            Ok(vec!["net", "ipv4", "conf", "eth0.100", "rp_filter"])
-        );
-        assert!(validate_name("kernel.yama.ptrace_scope").is_ok());
-        assert!(validate_name("net.ipv4.conf.all.rp_filter").is_ok());
-    }
-
-    #[test]
-    fn refuses_hostile_names() {
-        for bad in [
-            "",
-            "../etc/passwd",
-            "user..max",
-            "user.max/../../x",
-            "user/../../etc/shadow",
-            ".user",
-            "user.",
-            "user.max user",
-            "user.max\0",
-            "user.*",
-            "/user/max",
-        ] {
-            assert!(validate_name(bad).is_err(), "{bad:?} was accepted");
-        }
-        assert!(matches!(
-            validate_name(&"a".repeat(MAX_NAME_BYTES + 1)),
-            Err(NameError::TooLong(_))
-        ));
-    }
-
-    #[test]
     fn reads_present_absent_and_oversized_values() {
         let dir = tempfile::tempdir().unwrap();
         fs::create_dir_all(dir.path().join("user")).unwrap();
@@ -255,7 +106,7 @@ mod tests {
 
         let s = read(dir.path(), "user.max_big");
         assert_eq!(s.state, SysctlState::Unreadable as i32);
-        assert!(s.error.contains("longer than"), "{}", s.error);
+        assert!(s.error.contains("larger than"), "{}", s.error);
 
         let s = read(dir.path(), "../x");
         assert_eq!(s.state, SysctlState::Unreadable as i32);
@@ -266,9 +117,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         fs::create_dir_all(dir.path().join("user/max_user_namespaces")).unwrap();
         let fifo = dir.path().join("user/max_net_namespaces");
-        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path; mkfifo only creates a node.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
 
         let s = read(dir.path(), "user.max_user_namespaces");
         assert_eq!(s.state, SysctlState::Unreadable as i32);

@@ -1,6 +1,5 @@
 //! Reading PEM files defensively and turning them into rustls types.
 
-use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -11,6 +10,7 @@ use tokio_rustls::rustls::crypto::CryptoProvider;
 use tokio_rustls::rustls::sign::CertifiedKey;
 
 use super::error::{io_reason, TlsError};
+use crate::hostio::ReadError;
 
 /// Certificates, keys and CA bundles are a few KiB; a bigger file is a wrong
 /// path, and reading it whole would only waste memory.
@@ -19,36 +19,30 @@ pub(crate) const MAX_PEM_BYTES: u64 = 1024 * 1024;
 /// Reads a whole PEM file, refusing non-regular files (a FIFO would block
 /// forever) and anything over [`MAX_PEM_BYTES`].
 pub(crate) fn read_pem_file(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
-    let read_err = |e: std::io::Error| TlsError::Read {
-        what,
-        path: path.to_path_buf(),
-        reason: io_reason(&e),
-    };
-    let meta = std::fs::metadata(path).map_err(read_err)?;
-    if !meta.is_file() {
-        return Err(TlsError::NotAFile {
-            what,
-            path: path.to_path_buf(),
-        });
-    }
-    let too_large = || TlsError::TooLarge {
-        what,
-        path: path.to_path_buf(),
-        limit: MAX_PEM_BYTES,
-    };
-    if meta.len() > MAX_PEM_BYTES {
-        return Err(too_large());
-    }
-    let file = std::fs::File::open(path).map_err(read_err)?;
-    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    // The file may grow between stat and read; never read past the cap.
-    file.take(MAX_PEM_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(read_err)?;
-    if bytes.len() as u64 > MAX_PEM_BYTES {
-        return Err(too_large());
-    }
-    Ok(bytes)
+    let cap = usize::try_from(MAX_PEM_BYTES).unwrap_or(usize::MAX);
+    crate::hostio::read_capped_bytes(path, cap).map_err(|e| {
+        let path = path.to_path_buf();
+        if e.is_not_a_file() {
+            return TlsError::NotAFile { what, path };
+        }
+        match e {
+            ReadError::TooLarge { .. } => TlsError::TooLarge {
+                what,
+                path,
+                limit: MAX_PEM_BYTES,
+            },
+            ReadError::Io { source, .. } => TlsError::Read {
+                what,
+                path,
+                reason: io_reason(&source),
+            },
+            other => TlsError::Read {
+                what,
+                path,
+                reason: other.reason(),
+            },
+        }
+    })
 }
 
 /// Fixed phrases for PEM syntax errors: the parser's own text can quote the

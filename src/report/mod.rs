@@ -1,10 +1,18 @@
 //! The observed state: fingerprint, generation and change descriptions over
-//! the generated `Report` type.
+//! the generated `Report` type, and ([`derive`]) the one step that computes
+//! every derived field from the observer's raw facts.
 //!
 //! The fingerprint hashes everything observed except what changes on every
 //! observation anyway (timestamps, durations, counters), so two observations
 //! of an unchanged node have the same fingerprint and the generation only
 //! moves when the node really changed.
+
+pub mod derive;
+pub mod gvisor;
+pub mod names;
+pub mod preconditions;
+
+pub use derive::{derive, Facts};
 
 use prost::Message;
 

@@ -1,5 +1,6 @@
 //! The gVisor readiness summary: one verdict over the observed tiers, with
-//! the sentences that led to it. Pure; reads only the report.
+//! the sentences that led to it. Pure; reads only the report. Called by
+//! [`super::derive`] only.
 //!
 //! - NOT_INSTALLED: no runsc binary, and no handler of type
 //!   `io.containerd.runsc.v1` configured anywhere (drop-ins or the live CRI).
@@ -14,7 +15,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::observe::gvisor::{PRECONDITION_KVM, RUNSC, RUNSC_RUNTIME_TYPE, RUNSC_SHIM};
+use super::names::{PRECONDITION_KVM, RUNSC, RUNSC_RUNTIME_TYPE, RUNSC_SHIM};
 use crate::proto::v1::{
     Binary, ConfiguredHandler, CriRuntime, Gvisor, GvisorReadiness, ProbeOutcome,
 };

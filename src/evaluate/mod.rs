@@ -1,0 +1,442 @@
+//! Evaluation, pure: (report, desired state) → verdict.
+//!
+//! Shared by `probe`, the `Check` RPC and `check`, so a node is judged the
+//! same way wherever the question is asked.
+
+use thiserror::Error;
+
+use crate::{
+    proto::v1::{
+        DesiredState, Finding, Gvisor, GvisorReadiness, Probe, ProbeOutcome, Report,
+        SysctlExpectation, SysctlState, Verdict,
+    },
+    report::{find_sysctl, outcome_word},
+    sysctl_name::{self as sysctl, MAX_VALUE_BYTES},
+};
+
+/// At most this many sysctl expectations in one desired state.
+pub const MAX_SYSCTLS: usize = 64;
+/// At most this many required runtime handlers.
+pub const MAX_HANDLERS: usize = 16;
+
+/// Why a desired state was refused.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum DesiredError {
+    #[error("too many sysctls: {0} (at most {MAX_SYSCTLS})")]
+    TooManySysctls(usize),
+    #[error("too many runtime handlers: {0} (at most {MAX_HANDLERS})")]
+    TooManyHandlers(usize),
+    #[error(transparent)]
+    Name(#[from] sysctl::NameError),
+    #[error("value for {0} is longer than {MAX_VALUE_BYTES} bytes")]
+    ValueTooLong(String),
+    #[error("{0:?} is not NAME=VALUE")]
+    NotAssignment(String),
+    #[error("runtime handler name {0:?} is invalid (lowercase letters, digits, '.', '_', '-', at most 63)")]
+    HandlerName(String),
+}
+
+/// Parses a `--sysctl NAME=VALUE` flag.
+pub fn parse_sysctl_flag(s: &str) -> Result<SysctlExpectation, DesiredError> {
+    let (name, value) = s
+        .split_once('=')
+        .ok_or_else(|| DesiredError::NotAssignment(s.chars().take(80).collect()))?;
+    let exp = SysctlExpectation {
+        name: name.trim().to_string(),
+        value: value.to_string(),
+    };
+    sysctl::validate_name(&exp.name)?;
+    if exp.value.len() > MAX_VALUE_BYTES {
+        return Err(DesiredError::ValueTooLong(exp.name));
+    }
+    Ok(exp)
+}
+
+/// Validates a desired state from a flag or a request before anything reads
+/// the host with it.
+pub fn validate(desired: &DesiredState) -> Result<(), DesiredError> {
+    if desired.sysctls.len() > MAX_SYSCTLS {
+        return Err(DesiredError::TooManySysctls(desired.sysctls.len()));
+    }
+    if desired.require_runtime_handlers.len() > MAX_HANDLERS {
+        return Err(DesiredError::TooManyHandlers(
+            desired.require_runtime_handlers.len(),
+        ));
+    }
+    for s in &desired.sysctls {
+        sysctl::validate_name(&s.name)?;
+        if s.value.len() > MAX_VALUE_BYTES {
+            return Err(DesiredError::ValueTooLong(s.name.clone()));
+        }
+    }
+    for h in &desired.require_runtime_handlers {
+        validate_handler_name(h)?;
+    }
+    Ok(())
+}
+
+/// Runtime handler names become RuntimeClass handlers (DNS labels).
+pub fn validate_handler_name(h: &str) -> Result<(), DesiredError> {
+    let ok = !h.is_empty()
+        && h.len() <= 63
+        && h.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(DesiredError::HandlerName(h.chars().take(80).collect()))
+    }
+}
+
+/// True when the desired state asks for nothing.
+pub fn is_empty(d: &DesiredState) -> bool {
+    d.sysctls.is_empty()
+        && !d.require_userns
+        && !d.require_idmap_mounts
+        && d.require_runtime_handlers.is_empty()
+        && !d.require_gvisor
+        && !d.require_sandbox_probe
+}
+
+/// Sysctl values compare equal when their whitespace-separated fields do
+/// (the kernel prints multi-value sysctls tab-separated; people type spaces).
+pub fn values_equal(expected: &str, actual: &str) -> bool {
+    expected.split_whitespace().eq(actual.split_whitespace())
+}
+
+/// The shim binary containerd resolves for a runtime type
+/// (`io.containerd.runsc.v1` → `containerd-shim-runsc-v1`).
+pub fn shim_binary(runtime_type: &str) -> Option<String> {
+    let parts: Vec<&str> = runtime_type.split('.').collect();
+    match parts.as_slice() {
+        [.., name, version] if !name.is_empty() && !version.is_empty() => {
+            Some(format!("containerd-shim-{name}-{version}"))
+        }
+        _ => None,
+    }
+}
+
+/// The code of a finding. The strings are a wire promise (the proto lists
+/// them and says they never change): clients match on them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FindingCode {
+    SysctlMismatch,
+    SysctlMissing,
+    SysctlUnreadable,
+    SysctlInvalidName,
+    UsernsCreateFailed,
+    IdmapMountFailed,
+    /// Informational: never blocks convergence.
+    NotInitialUserNamespace,
+    RuntimeHandlerMissing,
+    RuntimeShimMissing,
+    CriUnreachable,
+    GvisorNotReady,
+    SandboxProbeFailed,
+    SandboxProbeNotRun,
+}
+
+impl FindingCode {
+    /// Every code, in the order the proto lists them.
+    pub const ALL: [FindingCode; 13] = [
+        Self::SysctlMismatch,
+        Self::SysctlMissing,
+        Self::SysctlUnreadable,
+        Self::SysctlInvalidName,
+        Self::UsernsCreateFailed,
+        Self::IdmapMountFailed,
+        Self::NotInitialUserNamespace,
+        Self::RuntimeHandlerMissing,
+        Self::RuntimeShimMissing,
+        Self::CriUnreachable,
+        Self::GvisorNotReady,
+        Self::SandboxProbeFailed,
+        Self::SandboxProbeNotRun,
+    ];
+
+    /// The stable string sent in `Finding::code`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::SysctlMismatch => "SYSCTL_MISMATCH",
+            Self::SysctlMissing => "SYSCTL_MISSING",
+            Self::SysctlUnreadable => "SYSCTL_UNREADABLE",
+            Self::SysctlInvalidName => "SYSCTL_INVALID_NAME",
+            Self::UsernsCreateFailed => "USERNS_CREATE_FAILED",
+            Self::IdmapMountFailed => "IDMAP_MOUNT_FAILED",
+            Self::NotInitialUserNamespace => "NOT_INITIAL_USER_NAMESPACE",
+            Self::RuntimeHandlerMissing => "RUNTIME_HANDLER_MISSING",
+            Self::RuntimeShimMissing => "RUNTIME_SHIM_MISSING",
+            Self::CriUnreachable => "CRI_UNREACHABLE",
+            Self::GvisorNotReady => "GVISOR_NOT_READY",
+            Self::SandboxProbeFailed => "SANDBOX_PROBE_FAILED",
+            Self::SandboxProbeNotRun => "SANDBOX_PROBE_NOT_RUN",
+        }
+    }
+}
+
+impl std::fmt::Display for FindingCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+fn finding(
+    code: FindingCode,
+    subject: &str,
+    expected: &str,
+    actual: &str,
+    message: String,
+) -> Finding {
+    Finding {
+        code: code.as_str().into(),
+        subject: subject.into(),
+        expected: expected.into(),
+        actual: actual.into(),
+        message,
+        blocking: true,
+    }
+}
+
+fn probe_outcome(p: Option<&Probe>) -> ProbeOutcome {
+    p.map(|p| ProbeOutcome::try_from(p.outcome).unwrap_or(ProbeOutcome::Unspecified))
+        .unwrap_or(ProbeOutcome::Unspecified)
+}
+
+/// Judges a report against a desired state: one part of the desired state
+/// at a time, findings in that order.
+pub fn evaluate(report: &Report, desired: &DesiredState) -> Verdict {
+    let mut findings = Vec::new();
+    findings.extend(namespace_note(report, desired));
+    for exp in &desired.sysctls {
+        findings.extend(sysctl_finding(report, exp));
+    }
+    let userns = report.user_namespaces.as_ref();
+    if desired.require_userns {
+        findings.extend(probe_finding(
+            FindingCode::UsernsCreateFailed,
+            "user namespace",
+            userns.and_then(|u| u.userns_create.as_ref()),
+            "cannot create a user namespace",
+        ));
+    }
+    if desired.require_idmap_mounts {
+        findings.extend(probe_finding(
+            FindingCode::IdmapMountFailed,
+            "idmapped mount",
+            userns.and_then(|u| u.idmap_mount.as_ref()),
+            "cannot create an idmapped mount",
+        ));
+    }
+    for name in &desired.require_runtime_handlers {
+        findings.extend(handler_finding(report.gvisor.as_ref(), name));
+    }
+    if desired.require_gvisor {
+        findings.extend(gvisor_finding(report.gvisor.as_ref()));
+    }
+    if desired.require_sandbox_probe {
+        findings.extend(sandbox_finding(report.gvisor.as_ref()));
+    }
+    Verdict {
+        converged: !findings.iter().any(|f| f.blocking),
+        findings,
+    }
+}
+
+/// Informational: user namespace facts asked of an agent outside the
+/// initial user namespace are that namespace's, not the host's.
+fn namespace_note(report: &Report, desired: &DesiredState) -> Option<Finding> {
+    let asks_userns_facts = desired.require_userns
+        || desired.require_idmap_mounts
+        || desired.sysctls.iter().any(|s| s.name.starts_with("user."));
+    let outside = report
+        .user_namespaces
+        .as_ref()
+        .is_some_and(|u| !u.initial_user_namespace);
+    (asks_userns_facts && outside).then(|| Finding {
+        blocking: false,
+        ..finding(
+            FindingCode::NotInitialUserNamespace,
+            "agent",
+            "initial user namespace",
+            "child user namespace",
+            "the agent does not run in the initial user namespace: user.* values and probes are that namespace's, not the host's".into(),
+        )
+    })
+}
+
+fn sysctl_finding(report: &Report, exp: &SysctlExpectation) -> Option<Finding> {
+    if let Err(e) = sysctl::validate_name(&exp.name) {
+        return Some(finding(
+            FindingCode::SysctlInvalidName,
+            &exp.name,
+            &exp.value,
+            "",
+            e.to_string(),
+        ));
+    }
+    let Some(s) = find_sysctl(report, &exp.name) else {
+        return Some(finding(
+            FindingCode::SysctlMissing,
+            &exp.name,
+            &exp.value,
+            "not observed",
+            format!("{} was not observed", exp.name),
+        ));
+    };
+    match SysctlState::try_from(s.state).unwrap_or(SysctlState::Unspecified) {
+        SysctlState::Present if values_equal(&exp.value, &s.value) => None,
+        SysctlState::Present => Some(finding(
+            FindingCode::SysctlMismatch,
+            &exp.name,
+            exp.value.trim(),
+            s.value.trim(),
+            format!(
+                "{} is {}, expected {}",
+                exp.name,
+                s.value.trim(),
+                exp.value.trim()
+            ),
+        )),
+        SysctlState::Absent => Some(finding(
+            FindingCode::SysctlMissing,
+            &exp.name,
+            &exp.value,
+            "absent",
+            format!("{} does not exist on this kernel", exp.name),
+        )),
+        SysctlState::Unreadable | SysctlState::Unspecified => Some(finding(
+            FindingCode::SysctlUnreadable,
+            &exp.name,
+            &exp.value,
+            "unreadable",
+            format!("{} could not be read: {}", exp.name, s.error),
+        )),
+    }
+}
+
+/// A finding unless the probe passed.
+fn probe_finding(
+    code: FindingCode,
+    subject: &str,
+    p: Option<&Probe>,
+    what: &str,
+) -> Option<Finding> {
+    let outcome = probe_outcome(p);
+    (outcome != ProbeOutcome::Passed).then(|| {
+        let detail = p
+            .map(|p| p.message.as_str())
+            .filter(|m| !m.is_empty())
+            .unwrap_or("not run");
+        finding(
+            code,
+            subject,
+            "passed",
+            outcome_word(p),
+            format!("{what}: {detail}"),
+        )
+    })
+}
+
+/// A required runtime handler: the live CRI must report it, and its shim
+/// (when observed) must be executable.
+fn handler_finding(gvisor: Option<&Gvisor>, name: &str) -> Option<Finding> {
+    let cri = gvisor.and_then(|g| g.cri.as_ref());
+    let Some(cri) = cri.filter(|c| c.reachable) else {
+        let why = cri
+            .map(|c| c.error.as_str())
+            .filter(|e| !e.is_empty())
+            .unwrap_or("not observed");
+        return Some(finding(
+            FindingCode::CriUnreachable,
+            name,
+            "handler reported by the CRI",
+            "CRI unreachable",
+            format!("cannot ask the CRI runtime about handler {name}: {why}"),
+        ));
+    };
+    let Some(handler) = cri.handlers.iter().find(|h| h.name == name) else {
+        return Some(finding(
+            FindingCode::RuntimeHandlerMissing,
+            name,
+            "reported by the CRI",
+            "absent",
+            format!(
+                "the CRI runtime ({}) does not report the runtime handler {name}",
+                cri.endpoint
+            ),
+        ));
+    };
+    // The shim: from the live runtime type, else from the drop-ins.
+    let runtime_type = Some(handler.runtime_type.as_str())
+        .filter(|t| !t.is_empty())
+        .or_else(|| {
+            gvisor?
+                .configured_handlers
+                .iter()
+                .find(|c| c.name == name)
+                .map(|c| c.runtime_type.as_str())
+        });
+    let shim = runtime_type.and_then(shim_binary);
+    let b = shim
+        .as_deref()
+        .and_then(|s| gvisor?.binaries.iter().find(|b| b.name == s))?;
+    (!(b.present && b.regular_file && b.executable)).then(|| {
+        finding(
+            FindingCode::RuntimeShimMissing,
+            name,
+            &format!("{} executable", b.name),
+            if b.present {
+                "not executable"
+            } else {
+                "absent"
+            },
+            format!(
+                "handler {name} is registered but its shim {} is missing or not executable at {}",
+                b.name, b.path
+            ),
+        )
+    })
+}
+
+fn gvisor_finding(gvisor: Option<&Gvisor>) -> Option<Finding> {
+    let readiness = gvisor
+        .map(|g| GvisorReadiness::try_from(g.readiness).unwrap_or(GvisorReadiness::Unspecified))
+        .unwrap_or(GvisorReadiness::Unspecified);
+    if readiness == GvisorReadiness::Ready {
+        return None;
+    }
+    let reasons = gvisor.map(|g| g.reasons.join("; ")).unwrap_or_default();
+    Some(finding(
+        FindingCode::GvisorNotReady,
+        "gvisor",
+        "READY",
+        crate::report::readiness_word(gvisor),
+        if reasons.is_empty() {
+            "gVisor is not ready".into()
+        } else {
+            format!("gVisor is not ready: {reasons}")
+        },
+    ))
+}
+
+fn sandbox_finding(gvisor: Option<&Gvisor>) -> Option<Finding> {
+    let p = gvisor.and_then(|g| g.sandbox.as_ref());
+    match probe_outcome(p) {
+        ProbeOutcome::Passed => None,
+        ProbeOutcome::Failed | ProbeOutcome::Error => probe_finding(
+            FindingCode::SandboxProbeFailed,
+            "runsc",
+            p,
+            "the gVisor sandbox did not start",
+        ),
+        ProbeOutcome::Skipped | ProbeOutcome::Unspecified => probe_finding(
+            FindingCode::SandboxProbeNotRun,
+            "runsc",
+            p,
+            "the gVisor sandbox probe did not run",
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests;

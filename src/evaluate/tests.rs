@@ -1,0 +1,342 @@
+//! Table tests of the evaluation.
+
+use super::*;
+use crate::proto::v1::{Binary, CriRuntime, RuntimeHandler, Sysctl, UserNamespaces};
+
+fn sysctl(name: &str, state: SysctlState, value: &str) -> Sysctl {
+    Sysctl {
+        name: name.into(),
+        state: state as i32,
+        value: value.into(),
+        error: if state == SysctlState::Unreadable {
+            "EACCES".into()
+        } else {
+            String::new()
+        },
+    }
+}
+
+fn probe(outcome: ProbeOutcome, message: &str) -> Option<Probe> {
+    Some(Probe {
+        outcome: outcome as i32,
+        message: message.into(),
+        ..Probe::default()
+    })
+}
+
+fn node(limit: &str, userns: ProbeOutcome) -> Report {
+    Report {
+        user_namespaces: Some(UserNamespaces {
+            sysctls: vec![
+                sysctl("user.max_user_namespaces", SysctlState::Present, limit),
+                sysctl("kernel.unprivileged_userns_clone", SysctlState::Absent, ""),
+                sysctl("kernel.yama.ptrace_scope", SysctlState::Unreadable, ""),
+            ],
+            initial_user_namespace: true,
+            userns_create: probe(userns, "user.max_user_namespaces limit reached"),
+            idmap_mount: probe(ProbeOutcome::Skipped, "needs a user namespace"),
+            ..UserNamespaces::default()
+        }),
+        sysctls: vec![sysctl(
+            "net.ipv4.ip_local_port_range",
+            SysctlState::Present,
+            "32768\t60999",
+        )],
+        ..Report::default()
+    }
+}
+
+fn want(pairs: &[(&str, &str)]) -> DesiredState {
+    DesiredState {
+        sysctls: pairs
+            .iter()
+            .map(|(n, v)| SysctlExpectation {
+                name: (*n).into(),
+                value: (*v).into(),
+            })
+            .collect(),
+        ..DesiredState::default()
+    }
+}
+
+fn codes(v: &Verdict) -> Vec<&str> {
+    v.findings.iter().map(|f| f.code.as_str()).collect()
+}
+
+#[test]
+fn sysctl_table() {
+    struct Case {
+        limit: &'static str,
+        desired: &'static [(&'static str, &'static str)],
+        converged: bool,
+        codes: &'static [&'static str],
+    }
+    let cases = [
+        Case {
+            limit: "11255",
+            desired: &[("user.max_user_namespaces", "11255")],
+            converged: true,
+            codes: &[],
+        },
+        Case {
+            limit: "11255\n",
+            desired: &[("user.max_user_namespaces", " 11255 ")],
+            converged: true,
+            codes: &[],
+        },
+        Case {
+            limit: "0",
+            desired: &[("user.max_user_namespaces", "11255")],
+            converged: false,
+            codes: &["SYSCTL_MISMATCH"],
+        },
+        Case {
+            limit: "0",
+            desired: &[("kernel.unprivileged_userns_clone", "1")],
+            converged: false,
+            codes: &["SYSCTL_MISSING"],
+        },
+        Case {
+            limit: "0",
+            desired: &[("kernel.yama.ptrace_scope", "2")],
+            converged: false,
+            codes: &["SYSCTL_UNREADABLE"],
+        },
+        Case {
+            limit: "0",
+            desired: &[("vm.not_observed", "1")],
+            converged: false,
+            codes: &["SYSCTL_MISSING"],
+        },
+        Case {
+            limit: "0",
+            desired: &[("net.ipv4.ip_local_port_range", "32768 60999")],
+            converged: true,
+            codes: &[],
+        },
+        Case {
+            limit: "0",
+            desired: &[("net.ipv4.ip_local_port_range", "32768 61000")],
+            converged: false,
+            codes: &["SYSCTL_MISMATCH"],
+        },
+        Case {
+            limit: "0",
+            desired: &[("net.ipv4.ip_local_port_range", "32768")],
+            converged: false,
+            codes: &["SYSCTL_MISMATCH"],
+        },
+        Case {
+            limit: "0",
+            desired: &[("../../etc/shadow", "x")],
+            converged: false,
+            codes: &["SYSCTL_INVALID_NAME"],
+        },
+    ];
+    for (i, c) in cases.iter().enumerate() {
+        let v = evaluate(&node(c.limit, ProbeOutcome::Passed), &want(c.desired));
+        assert_eq!(v.converged, c.converged, "case {i}: {:?}", v.findings);
+        assert_eq!(codes(&v), c.codes, "case {i}");
+    }
+}
+
+#[test]
+fn mismatch_message_names_both_values() {
+    let v = evaluate(
+        &node("0", ProbeOutcome::Passed),
+        &want(&[("user.max_user_namespaces", "11255")]),
+    );
+    assert_eq!(
+        v.findings[0].message,
+        "user.max_user_namespaces is 0, expected 11255"
+    );
+    assert_eq!(
+        (
+            v.findings[0].expected.as_str(),
+            v.findings[0].actual.as_str()
+        ),
+        ("11255", "0")
+    );
+}
+
+#[test]
+fn probes_and_the_namespace_note() {
+    let mut d = DesiredState {
+        require_userns: true,
+        require_idmap_mounts: true,
+        ..DesiredState::default()
+    };
+    let v = evaluate(&node("0", ProbeOutcome::Failed), &d);
+    assert_eq!(codes(&v), ["USERNS_CREATE_FAILED", "IDMAP_MOUNT_FAILED"]);
+    assert!(v.findings[0].message.contains("limit reached"));
+
+    let mut r = node("11255", ProbeOutcome::Passed);
+    if let Some(u) = r.user_namespaces.as_mut() {
+        u.initial_user_namespace = false;
+        u.idmap_mount = probe(ProbeOutcome::Passed, "ok");
+    }
+    let v = evaluate(&r, &d);
+    assert!(v.converged, "{:?}", v.findings);
+    assert_eq!(codes(&v), ["NOT_INITIAL_USER_NAMESPACE"]);
+    assert!(!v.findings[0].blocking);
+
+    d.require_userns = false;
+    d.require_idmap_mounts = false;
+    assert!(evaluate(&r, &d).findings.is_empty());
+}
+
+fn gvisor_node(handlers: &[&str], shim_present: bool, reachable: bool) -> Report {
+    Report {
+        gvisor: Some(Gvisor {
+            readiness: GvisorReadiness::NotReady as i32,
+            reasons: vec!["containerd-shim-runsc-v1 is missing".into()],
+            binaries: vec![Binary {
+                name: "containerd-shim-runsc-v1".into(),
+                path: "/usr/local/bin/containerd-shim-runsc-v1".into(),
+                present: shim_present,
+                regular_file: shim_present,
+                executable: shim_present,
+                ..Binary::default()
+            }],
+            cri: Some(CriRuntime {
+                endpoint: "unix:///run/containerd/containerd.sock".into(),
+                reachable,
+                error: if reachable {
+                    String::new()
+                } else {
+                    "connection refused".into()
+                },
+                handlers: handlers
+                    .iter()
+                    .map(|h| RuntimeHandler {
+                        name: (*h).into(),
+                        runtime_type: if *h == "runsc" {
+                            "io.containerd.runsc.v1".into()
+                        } else {
+                            "io.containerd.runc.v2".into()
+                        },
+                        ..RuntimeHandler::default()
+                    })
+                    .collect(),
+                ..CriRuntime::default()
+            }),
+            sandbox: probe(
+                ProbeOutcome::Failed,
+                "fork/exec /proc/self/exe: no space left on device",
+            ),
+            ..Gvisor::default()
+        }),
+        ..Report::default()
+    }
+}
+
+#[test]
+fn gvisor_table() {
+    let handler = |h: &str| DesiredState {
+        require_runtime_handlers: vec![h.into()],
+        ..DesiredState::default()
+    };
+    let v = evaluate(
+        &gvisor_node(&["runc", "runsc"], true, true),
+        &handler("runsc"),
+    );
+    assert!(v.converged, "{:?}", v.findings);
+    assert_eq!(
+        codes(&evaluate(
+            &gvisor_node(&["runc"], true, true),
+            &handler("runsc")
+        )),
+        ["RUNTIME_HANDLER_MISSING"]
+    );
+    assert_eq!(
+        codes(&evaluate(
+            &gvisor_node(&["runc", "runsc"], false, true),
+            &handler("runsc")
+        )),
+        ["RUNTIME_SHIM_MISSING"]
+    );
+    assert_eq!(
+        codes(&evaluate(
+            &gvisor_node(&["runsc"], true, false),
+            &handler("runsc")
+        )),
+        ["CRI_UNREACHABLE"]
+    );
+    // runc's shim is not among the observed binaries: not judged.
+    assert!(evaluate(&gvisor_node(&["runc"], false, true), &handler("runc")).converged);
+
+    let g = DesiredState {
+        require_gvisor: true,
+        require_sandbox_probe: true,
+        ..DesiredState::default()
+    };
+    let v = evaluate(&gvisor_node(&["runsc"], true, true), &g);
+    assert_eq!(codes(&v), ["GVISOR_NOT_READY", "SANDBOX_PROBE_FAILED"]);
+    assert!(v.findings[0].message.contains("shim"));
+    assert!(v.findings[1].message.contains("no space left on device"));
+    assert_eq!(
+        codes(&evaluate(&Report::default(), &g)),
+        ["GVISOR_NOT_READY", "SANDBOX_PROBE_NOT_RUN"]
+    );
+}
+
+#[test]
+fn validates_desired_states() {
+    assert!(parse_sysctl_flag("user.max_user_namespaces=11255").is_ok());
+    assert_eq!(
+        parse_sysctl_flag("net.ipv4.ip_local_port_range=1 2").map(|e| e.value),
+        Ok("1 2".to_string())
+    );
+    assert!(matches!(
+        parse_sysctl_flag("novalue"),
+        Err(DesiredError::NotAssignment(_))
+    ));
+    assert!(matches!(
+        parse_sysctl_flag("../x=1"),
+        Err(DesiredError::Name(_))
+    ));
+    let many = DesiredState {
+        sysctls: (0..65)
+            .map(|i| SysctlExpectation {
+                name: format!("a.b{i}"),
+                value: "1".into(),
+            })
+            .collect(),
+        ..DesiredState::default()
+    };
+    assert_eq!(validate(&many), Err(DesiredError::TooManySysctls(65)));
+    let bad_handler = DesiredState {
+        require_runtime_handlers: vec!["../runsc".into()],
+        ..DesiredState::default()
+    };
+    assert!(matches!(
+        validate(&bad_handler),
+        Err(DesiredError::HandlerName(_))
+    ));
+    assert_eq!(
+        shim_binary("io.containerd.runsc.v1").as_deref(),
+        Some("containerd-shim-runsc-v1")
+    );
+    assert_eq!(shim_binary("bogus"), None);
+}
+
+/// The codes are a wire promise: each string is unique and is exactly
+/// the list in the proto's comment above `message Finding`.
+#[test]
+fn finding_codes_are_unique_and_match_the_proto() {
+    let proto = include_str!("../../proto/sandbox_readiness/v1/readiness.proto");
+    let start = proto.find("// Finding codes (stable):").unwrap();
+    let end = start + proto[start..].find("message Finding").unwrap();
+    let listed: Vec<&str> = proto[start..end]
+        .trim_start_matches("// Finding codes (stable):")
+        .split(|c: char| !(c.is_ascii_uppercase() || c == '_'))
+        .filter(|w| w.len() > 1 && w.contains('_'))
+        .collect();
+    let ours: Vec<&str> = FindingCode::ALL.iter().map(|c| c.as_str()).collect();
+    assert_eq!(ours, listed);
+    let unique: std::collections::BTreeSet<&str> = ours.iter().copied().collect();
+    assert_eq!(unique.len(), ours.len(), "{ours:?}");
+    assert!(ours
+        .iter()
+        .all(|c| c.chars().all(|ch| ch.is_ascii_uppercase() || ch == '_')));
+}

@@ -1,0 +1,248 @@
+//! Syscall-level code of the helper. Only ever runs in the single-threaded
+//! helper process.
+
+use std::{
+    fs,
+    os::fd::{AsFd, BorrowedFd, OwnedFd},
+};
+
+use nix::{
+    errno::Errno,
+    fcntl::{openat, OFlag},
+    sched::{unshare, CloneFlags},
+    sys::{
+        signal::{kill, Signal},
+        socket::{shutdown, socketpair, AddressFamily, Shutdown, SockFlag, SockType},
+        stat::{fstatat, Mode},
+        wait::waitpid,
+    },
+    unistd::{fork, getgid, getuid, read, setresgid, setresuid, write, ForkResult, Gid, Pid, Uid},
+};
+
+use super::{explain_idmap_errno, explain_userns_errno, mount_api, RawProbe};
+
+/// A child process parked in a new user namespace, and an fd to that
+/// namespace. Dropping it ends the child.
+pub struct ParkedNs {
+    pub fd: OwnedFd,
+    pid: Pid,
+    release: OwnedFd,
+}
+
+impl Drop for ParkedNs {
+    fn drop(&mut self) {
+        // Shutting our end of the socket releases the parked child; kill and
+        // reap it in case it is stuck.
+        use std::os::fd::AsRawFd;
+        let _ = shutdown(self.release.as_raw_fd(), Shutdown::Both);
+        reap(self.pid);
+    }
+}
+
+/// Kills and reaps our own child (it is never reaped elsewhere, so its pid
+/// cannot have been reused).
+fn reap(pid: Pid) {
+    let _ = kill(pid, Signal::SIGKILL);
+    let _ = waitpid(pid, None);
+}
+
+fn fail(errno: Errno, message: String) -> RawProbe {
+    RawProbe {
+        errno: errno as i32,
+        message,
+        ..RawProbe::default()
+    }
+}
+
+fn write_i32(fd: BorrowedFd<'_>, v: i32) {
+    let _ = write(fd, &v.to_ne_bytes());
+}
+
+fn read_i32(fd: BorrowedFd<'_>) -> Option<i32> {
+    let mut b = [0u8; 4];
+    (read(fd, &mut b) == Ok(4)).then(|| i32::from_ne_bytes(b))
+}
+
+/// The forked child: creates the user namespace, reports, becomes root once
+/// its maps are written, and parks until the parent is done with it.
+fn child(fd: BorrowedFd<'_>) -> ! {
+    let created = unshare(CloneFlags::CLONE_NEWUSER);
+    write_i32(fd, created.err().map_or(0, |e| e as i32));
+    if created.is_ok() && read_i32(fd).is_some() {
+        // Become root inside, as a container runtime's init does: the creator
+        // holds every capability in the new namespace.
+        let root = Gid::from_raw(0);
+        let uroot = Uid::from_raw(0);
+        let became_root = setresgid(root, root, root).is_ok()
+            && setresuid(uroot, uroot, uroot).is_ok()
+            && getuid().is_root()
+            && getgid() == root;
+        write_i32(fd, i32::from(became_root));
+        // Park until the parent is done with our namespace.
+        let _ = read_i32(fd);
+    }
+    // SAFETY: _exit(2) ends the forked child at once, without running the
+    // parent's destructors or atexit handlers (nix does not wrap it).
+    unsafe { libc::_exit(0) }
+}
+
+/// Creates a user namespace in a forked child, writes its uid/gid maps from
+/// here (as a container runtime does), and checks the child sees itself as
+/// root.
+pub fn probe_userns(initial: bool) -> (RawProbe, Option<ParkedNs>) {
+    let (ours, theirs) = match socketpair(
+        AddressFamily::Unix,
+        SockType::Stream,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    ) {
+        Ok(p) => p,
+        Err(e) => {
+            return (
+                fail(e, format!("socketpair failed: {}", std::io::Error::from(e))),
+                None,
+            )
+        }
+    };
+    // SAFETY: the helper is single-threaded (it runs before any thread
+    // starts), so the child may run any code, not only async-signal-safe
+    // calls.
+    let pid = match unsafe { fork() } {
+        Err(e) => {
+            return (
+                fail(e, format!("fork failed: {}", std::io::Error::from(e))),
+                None,
+            )
+        }
+        Ok(ForkResult::Child) => {
+            drop(ours);
+            child(theirs.as_fd())
+        }
+        Ok(ForkResult::Parent { child }) => child,
+    };
+    drop(theirs);
+    let fd = ours.as_fd();
+    match read_i32(fd) {
+        Some(0) => {}
+        Some(e) => {
+            reap(pid);
+            return (fail(Errno::from_raw(e), explain_userns_errno(e)), None);
+        }
+        None => {
+            reap(pid);
+            return (
+                fail(
+                    Errno::UnknownErrno,
+                    "the probe child died before reporting".into(),
+                ),
+                None,
+            );
+        }
+    }
+    // Kubernetes gives each pod 65536 ids; outside the initial namespace only
+    // the ids mapped into ours can be mapped again, so map root alone.
+    let map = if initial {
+        "0 65536 65536\n"
+    } else {
+        "0 0 1\n"
+    };
+    for file in ["uid_map", "gid_map"] {
+        if let Err(e) = fs::write(format!("/proc/{pid}/{file}"), map) {
+            reap(pid);
+            let n = Errno::from_raw(e.raw_os_error().unwrap_or(0));
+            return (
+                fail(
+                    n,
+                    format!(
+                        "user namespace created, but writing its {file} ({}) was refused: {e}",
+                        map.trim()
+                    ),
+                ),
+                None,
+            );
+        }
+    }
+    let ns_fd = fs::File::open(format!("/proc/{pid}/ns/user")).map(OwnedFd::from);
+    write_i32(fd, 1);
+    let root = read_i32(fd);
+    let ns = match ns_fd {
+        Ok(f) => f,
+        Err(e) => {
+            reap(pid);
+            return (
+                fail(
+                    Errno::from_raw(e.raw_os_error().unwrap_or(0)),
+                    format!("cannot open the new user namespace: {e}"),
+                ),
+                None,
+            );
+        }
+    };
+    let parked = ParkedNs {
+        fd: ns,
+        pid,
+        release: ours,
+    };
+    if root != Some(1) {
+        return (
+            fail(
+                Errno::UnknownErrno,
+                "user namespace created and mapped, but the child could not become root inside it"
+                    .into(),
+            ),
+            None,
+        );
+    }
+    let ok = RawProbe {
+        passed: true,
+        message: format!(
+            "created a user namespace, mapped uid/gid \"{}\" and became root in it",
+            map.trim()
+        ),
+        ..RawProbe::default()
+    };
+    (ok, Some(parked))
+}
+
+/// Creates a detached tmpfs in a private mount namespace and idmaps a clone
+/// of it with the user namespace `userns`.
+pub fn probe_idmap(userns: BorrowedFd<'_>) -> RawProbe {
+    match idmap(userns) {
+        Ok(detail) => RawProbe {
+            passed: true,
+            message: format!("idmapped a tmpfs with mount_setattr(MOUNT_ATTR_IDMAP){detail}"),
+            ..RawProbe::default()
+        },
+        Err((step, e)) => fail(e, explain_idmap_errno(step, e as i32)),
+    }
+}
+
+fn idmap(userns: BorrowedFd<'_>) -> Result<String, (&'static str, Errno)> {
+    let at = |step: &'static str| move |e: Errno| (step, e);
+    // A private mount namespace: fsopen needs CAP_SYS_ADMIN over the current
+    // one, and nothing we do must be visible outside.
+    unshare(CloneFlags::CLONE_NEWNS).map_err(at("unshare"))?;
+    let fs = mount_api::fsopen(c"tmpfs").map_err(at("fsopen"))?;
+    mount_api::fsconfig_create(fs.as_fd()).map_err(at("fsconfig"))?;
+    let mnt = mount_api::fsmount(fs.as_fd()).map_err(at("fsmount"))?;
+    let file = openat(
+        &mnt,
+        c"probe",
+        OFlag::O_CREAT | OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o644),
+    )
+    .map_err(at("create file on tmpfs"))?;
+    drop(file);
+    // Idmap a clone, as container runtimes do, rather than the original.
+    let tree = mount_api::open_tree_clone(mnt.as_fd()).map_err(at("open_tree"))?;
+    mount_api::mount_setattr_idmap(tree.as_fd(), userns).map_err(at("mount_setattr"))?;
+    let owner = |dir: &OwnedFd| {
+        fstatat(dir, c"probe", nix::fcntl::AtFlags::empty())
+            .ok()
+            .map(|st| st.st_uid)
+    };
+    Ok(match (owner(&mnt), owner(&tree)) {
+        (Some(a), Some(b)) => format!("; a file owned by uid {a} shows as uid {b} through it"),
+        _ => String::new(),
+    })
+}

@@ -1,0 +1,219 @@
+//! Live user namespace and idmapped-mount probes.
+//!
+//! `unshare(CLONE_NEWUSER)` fails with EINVAL in a multithreaded process, and
+//! the agent runs tokio, so both probes run in a short-lived helper: the agent
+//! binary re-executed with the hidden subcommand [`HELPER_ARG`]. The helper is
+//! single-threaded, prints one JSON line and exits; everything it creates (a
+//! child in a new user namespace, a detached tmpfs) dies with it.
+
+use std::{
+    os::fd::AsFd,
+    path::Path,
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    host::HostPaths,
+    hostio,
+    observe::{probe, skipped},
+    proto::v1::{Probe, ProbeOutcome},
+};
+
+/// A uid_map has at most 340 lines (the kernel's limit); far below this.
+const MAX_UID_MAP_BYTES: usize = 32 * 1024;
+
+/// The hidden subcommand that runs the probes.
+pub const HELPER_ARG: &str = "__probe-userns";
+
+/// One probe's result as the helper reports it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RawProbe {
+    pub passed: bool,
+    /// Not attempted (a prerequisite failed).
+    pub skipped: bool,
+    pub errno: i32,
+    pub message: String,
+    pub micros: u64,
+}
+
+/// What the helper prints.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct HelperOutput {
+    pub userns: RawProbe,
+    pub idmap: RawProbe,
+}
+
+/// Whether this process runs in the initial user namespace: its uid_map is
+/// the identity over the whole 32-bit range.
+pub fn in_initial_user_namespace(paths: &HostPaths) -> Option<bool> {
+    let map = hostio::read_value(&paths.self_uid_map(), MAX_UID_MAP_BYTES).ok()?;
+    Some(parse_is_initial(&map))
+}
+
+/// Pure part of [`in_initial_user_namespace`].
+pub fn parse_is_initial(uid_map: &str) -> bool {
+    let lines: Vec<Vec<&str>> = uid_map
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .filter(|f: &Vec<&str>| !f.is_empty())
+        .collect();
+    matches!(lines.as_slice(), [f] if f.as_slice() == ["0", "0", "4294967295"])
+}
+
+/// Runs the helper (`exe __probe-userns`) and turns its answer into probes.
+pub async fn observe(exe: &Path, timeout: Duration) -> (Probe, Probe) {
+    let start = Instant::now();
+    let child = tokio::process::Command::new(exe)
+        .arg(HELPER_ARG)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn();
+    let child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            return both_error(
+                format!("cannot start the probe helper {}: {e}", exe.display()),
+                start,
+            )
+        }
+    };
+    let out = match tokio::time::timeout(timeout, child.wait_with_output()).await {
+        Ok(Ok(out)) => out,
+        Ok(Err(e)) => return both_error(format!("probe helper failed: {e}"), start),
+        Err(_) => {
+            return both_error(
+                format!(
+                    "probe helper did not finish within {}",
+                    humantime::format_duration(timeout)
+                ),
+                start,
+            )
+        }
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    match serde_json::from_str::<HelperOutput>(text.trim()) {
+        Ok(h) => (to_probe(&h.userns), to_probe(&h.idmap)),
+        Err(e) => both_error(
+            format!("probe helper answered badly ({}): {e}", out.status),
+            start,
+        ),
+    }
+}
+
+fn both_error(message: String, start: Instant) -> (Probe, Probe) {
+    let p = probe(ProbeOutcome::Error, 0, message, start.elapsed());
+    (p.clone(), p)
+}
+
+fn to_probe(raw: &RawProbe) -> Probe {
+    if raw.skipped {
+        return skipped(raw.message.clone());
+    }
+    let outcome = if raw.passed {
+        ProbeOutcome::Passed
+    } else {
+        ProbeOutcome::Failed
+    };
+    probe(
+        outcome,
+        raw.errno,
+        raw.message.clone(),
+        Duration::from_micros(raw.micros),
+    )
+}
+
+/// Entry point of the helper process. Must run before any thread starts.
+pub fn helper_main() -> i32 {
+    let initial = parse_is_initial(
+        &hostio::read_value(Path::new("/proc/self/uid_map"), MAX_UID_MAP_BYTES).unwrap_or_default(),
+    );
+    let start = Instant::now();
+    let (mut userns, ns) = helper::probe_userns(initial);
+    userns.micros = micros(start);
+    let start = Instant::now();
+    let mut idmap = match &ns {
+        Some(ns) => helper::probe_idmap(ns.fd.as_fd()),
+        None => RawProbe {
+            skipped: true,
+            message: "not run: it needs a user namespace, and creating one failed".into(),
+            ..RawProbe::default()
+        },
+    };
+    idmap.micros = micros(start);
+    drop(ns);
+    let out = HelperOutput { userns, idmap };
+    match serde_json::to_string(&out) {
+        Ok(line) => {
+            println!("{line}");
+            0
+        }
+        Err(_) => 1,
+    }
+}
+
+fn micros(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
+/// What an errno means for the user namespace creation step.
+pub fn explain_userns_errno(errno: i32) -> String {
+    match errno {
+        libc::ENOSPC => "user.max_user_namespaces limit reached: the kernel refuses new user namespaces (ENOSPC)".into(),
+        libc::EPERM => "not permitted: seccomp, an LSM (AppArmor/SELinux) or missing capabilities refuse user namespaces (EPERM)".into(),
+        libc::EINVAL => "the kernel has no user namespaces (CONFIG_USER_NS) or the caller is multithreaded (EINVAL)".into(),
+        libc::EUSERS => "user namespace nesting limit (32 levels) reached (EUSERS)".into(),
+        libc::ENOMEM => "out of memory creating a user namespace (ENOMEM)".into(),
+        e => format!("unshare(CLONE_NEWUSER) failed: {}", std::io::Error::from_raw_os_error(e)),
+    }
+}
+
+/// What an errno means for the idmapped mount step.
+pub fn explain_idmap_errno(step: &str, errno: i32) -> String {
+    let err = std::io::Error::from_raw_os_error(errno);
+    match (step, errno) {
+        ("unshare", libc::ENOSPC) => "user.max_mnt_namespaces limit reached (ENOSPC)".into(),
+        ("mount_setattr" | "open_tree" | "fsopen", libc::ENOSYS) => {
+            format!(
+                "the kernel has no {step}(2) (idmapped mounts need Linux 5.12; tmpfs support 6.3)"
+            )
+        }
+        ("mount_setattr", libc::EINVAL) => {
+            "tmpfs does not support idmapped mounts on this kernel (needs Linux 6.3) (EINVAL)"
+                .into()
+        }
+        (_, libc::EPERM) => {
+            format!("{step} not permitted: needs CAP_SYS_ADMIN over the mount namespace (EPERM)")
+        }
+        _ => format!("{step} failed: {err}"),
+    }
+}
+
+mod helper;
+pub mod mount_api;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognises_the_initial_user_namespace() {
+        assert!(parse_is_initial("         0          0 4294967295\n"));
+        assert!(!parse_is_initial("         0          0          1\n"));
+        assert!(!parse_is_initial("0 1000 1\n"));
+        assert!(!parse_is_initial(""));
+        assert!(!parse_is_initial("0 0 4294967295\n1 1 1\n"));
+    }
+
+    #[test]
+    fn enospc_reads_as_the_limit() {
+        assert!(explain_userns_errno(libc::ENOSPC)
+            .starts_with("user.max_user_namespaces limit reached"));
+        assert!(explain_idmap_errno("mount_setattr", libc::EINVAL).contains("6.3"));
+    }
+}
