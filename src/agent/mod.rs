@@ -5,6 +5,7 @@ pub mod cached;
 pub mod listen;
 mod owner;
 pub mod service;
+mod source;
 pub mod state;
 mod tracked;
 

@@ -9,23 +9,56 @@
 //!
 //! Time is tokio's, so the loop runs under paused time in its tests.
 
-use std::sync::{atomic::Ordering, Arc, Mutex};
+use std::{
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    time::Duration,
+};
 
 use tokio::{
-    sync::{mpsc, watch},
+    sync::{mpsc, oneshot, watch},
     time::Instant,
 };
 use tracing::{info, warn};
 
 use crate::{
-    agent::{
-        state::{Counters, Request, Source, Timing},
-        tracked::Tracked,
-    },
+    agent::{source::Source, tracked::Tracked},
     observe::{pb_timestamp, Scope},
     proto::v1::{Probe, ProbeOutcome, Report, Sysctl},
     report::{self, Generations},
 };
+
+/// Timing of the owner loop.
+#[derive(Debug, Clone)]
+pub struct Timing {
+    /// Cheap re-read of the sysctls.
+    pub poll: Duration,
+    /// Full observation (with the live probes).
+    pub probe: Duration,
+    /// No full observation starts sooner than this after the previous one.
+    pub min_refresh: Duration,
+}
+
+/// What a request asks of the owner.
+#[derive(Debug)]
+pub(crate) enum Request {
+    /// A report from an observation that started at most `min_refresh`
+    /// before the request (with a sandbox probe when asked).
+    Refresh {
+        sandbox: bool,
+        reply: oneshot::Sender<Arc<Report>>,
+    },
+    /// Read the newly tracked sysctls now and publish them.
+    Track { reply: oneshot::Sender<Arc<Report>> },
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) observations: AtomicU64,
+    pub(crate) sandbox_probes: AtomicU64,
+}
 
 /// The owner's clock (tokio's, pausable in tests).
 pub fn now() -> Instant {

@@ -9,106 +9,23 @@
 //! hold yet. So however many requests arrive, at most one observation runs at
 //! a time, and only the owner touches the host.
 
-use std::{
-    future::Future,
-    pin::Pin,
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc, Mutex,
-    },
-    time::Duration,
-};
+use std::sync::{atomic::Ordering, Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot, watch};
 
+pub use crate::agent::{
+    owner::Timing,
+    source::{HostSource, ObservationFuture, Source},
+};
 use crate::{
-    agent::{owner, tracked::Tracked},
-    observe::{self, ObserveConfig, Observer, Scope},
-    proto::v1::{Probe, Report, Sysctl},
+    agent::{
+        owner::{self, Counters, Request},
+        tracked::Tracked,
+    },
+    observe::ObserveConfig,
+    proto::v1::Report,
     report,
 };
-
-/// Timing of the owner loop.
-#[derive(Debug, Clone)]
-pub struct Timing {
-    /// Cheap re-read of the sysctls.
-    pub poll: Duration,
-    /// Full observation (with the live probes).
-    pub probe: Duration,
-    /// No full observation starts sooner than this after the previous one.
-    pub min_refresh: Duration,
-}
-
-/// A full observation in progress.
-pub type ObservationFuture = Pin<Box<dyn Future<Output = Report> + Send>>;
-
-/// What the owner observes through: the host in the agent, a scripted node in
-/// the owner's tests. Implementations do the I/O; the owner only schedules.
-pub trait Source: Send + Sync + 'static {
-    /// A full observation that also reads the `extra` sysctls; `carried` is
-    /// the last sandbox probe result, kept in the report when this
-    /// observation does not rerun the probe (it stays true until rerun).
-    fn observe(
-        &self,
-        scope: Scope,
-        extra: Vec<String>,
-        carried: Option<Probe>,
-    ) -> ObservationFuture;
-    /// The cheap part of an observation: the user namespace sysctls and
-    /// `extra`, to notice a change between full observations.
-    fn sysctls(&self, extra: &[String]) -> Vec<Sysctl>;
-}
-
-/// The real source: this host, through one long-lived observer (it keeps
-/// what outlives an observation, such as the `runsc --version` answer).
-#[derive(Debug)]
-pub struct HostSource {
-    observer: Arc<Observer>,
-}
-
-impl HostSource {
-    pub fn new(cfg: ObserveConfig) -> Self {
-        Self {
-            observer: Arc::new(Observer::new(cfg)),
-        }
-    }
-}
-
-impl Source for HostSource {
-    fn observe(
-        &self,
-        scope: Scope,
-        extra: Vec<String>,
-        carried: Option<Probe>,
-    ) -> ObservationFuture {
-        let observer = self.observer.clone();
-        Box::pin(async move {
-            let mut raw = observer.observe_raw(scope, &extra).await;
-            // Merged before the one derive step, so the summary covers it.
-            if let (Some(probe), Some(g)) = (carried, raw.report.gvisor.as_mut()) {
-                g.sandbox = Some(probe);
-            }
-            raw.into_report()
-        })
-    }
-
-    fn sysctls(&self, extra: &[String]) -> Vec<Sysctl> {
-        observe::sysctl_snapshot(self.observer.config(), extra)
-    }
-}
-
-/// What a request asks of the owner.
-#[derive(Debug)]
-pub(crate) enum Request {
-    /// A report from an observation that started at most `min_refresh`
-    /// before the request (with a sandbox probe when asked).
-    Refresh {
-        sandbox: bool,
-        reply: oneshot::Sender<Arc<Report>>,
-    },
-    /// Read the newly tracked sysctls now and publish them.
-    Track { reply: oneshot::Sender<Arc<Report>> },
-}
 
 /// The shared handle requests use. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -117,12 +34,6 @@ pub struct State {
     requests: mpsc::Sender<Request>,
     counters: Arc<Counters>,
     tracked: Arc<Mutex<Tracked>>,
-}
-
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub(crate) observations: AtomicU64,
-    pub(crate) sandbox_probes: AtomicU64,
 }
 
 /// Why the owner could not answer.

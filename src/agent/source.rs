@@ -1,0 +1,68 @@
+//! What the owner task observes through: the host in the agent, a scripted
+//! node in the owner's tests. Implementations do the I/O; the owner only
+//! schedules.
+
+use std::{future::Future, pin::Pin, sync::Arc};
+
+use crate::{
+    observe::{self, ObserveConfig, Observer, Scope},
+    proto::v1::{Probe, Report, Sysctl},
+};
+
+/// A full observation in progress.
+pub type ObservationFuture = Pin<Box<dyn Future<Output = Report> + Send>>;
+
+/// What the owner observes through: the host in the agent, a scripted node in
+/// the owner's tests. Implementations do the I/O; the owner only schedules.
+pub trait Source: Send + Sync + 'static {
+    /// A full observation that also reads the `extra` sysctls; `carried` is
+    /// the last sandbox probe result, kept in the report when this
+    /// observation does not rerun the probe (it stays true until rerun).
+    fn observe(
+        &self,
+        scope: Scope,
+        extra: Vec<String>,
+        carried: Option<Probe>,
+    ) -> ObservationFuture;
+    /// The cheap part of an observation: the user namespace sysctls and
+    /// `extra`, to notice a change between full observations.
+    fn sysctls(&self, extra: &[String]) -> Vec<Sysctl>;
+}
+
+/// The real source: this host, through one long-lived observer (it keeps
+/// what outlives an observation, such as the `runsc --version` answer).
+#[derive(Debug)]
+pub struct HostSource {
+    observer: Arc<Observer>,
+}
+
+impl HostSource {
+    pub fn new(cfg: ObserveConfig) -> Self {
+        Self {
+            observer: Arc::new(Observer::new(cfg)),
+        }
+    }
+}
+
+impl Source for HostSource {
+    fn observe(
+        &self,
+        scope: Scope,
+        extra: Vec<String>,
+        carried: Option<Probe>,
+    ) -> ObservationFuture {
+        let observer = self.observer.clone();
+        Box::pin(async move {
+            let mut raw = observer.observe_raw(scope, &extra).await;
+            // Merged before the one derive step, so the summary covers it.
+            if let (Some(probe), Some(g)) = (carried, raw.report.gvisor.as_mut()) {
+                g.sandbox = Some(probe);
+            }
+            raw.into_report()
+        })
+    }
+
+    fn sysctls(&self, extra: &[String]) -> Vec<Sysctl> {
+        observe::sysctl_snapshot(self.observer.config(), extra)
+    }
+}
