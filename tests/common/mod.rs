@@ -310,9 +310,17 @@ impl Agent {
         let want = spec.listens.len();
         let bound = log.wait_for(Duration::from_secs(30), |lines| {
             let found: Vec<SocketAddr> = lines.iter().filter_map(|l| listening_addr(l)).collect();
-            (found.len() >= want).then_some(found)
+            if found.len() >= want {
+                return Some(Ok(found));
+            }
+            // The agent logs "starting" once every listener is bound: an
+            // agent that names none of them cannot be waited for.
+            lines
+                .iter()
+                .find(|l| l.contains(" starting "))
+                .map(|l| Err(format!("it logged {l:?} without them")))
         });
-        let addrs = match bound {
+        let addrs = match bound.and_then(|b| b) {
             Ok(a) => a,
             Err(e) => {
                 let _ = child.kill();
