@@ -46,8 +46,22 @@ enum Command {
     /// Time from writing user.max_user_namespaces in the agent's user
     /// namespace to a Watch message carrying the new value.
     Change(ChangeArgs),
+    /// Opens many raw TCP connections that send a greeting (or nothing) and
+    /// then stay silent, and holds them (for the agent's RSS and CPU under a
+    /// connection flood; the functional side is tests/hostile.rs).
+    Conns(ConnsArgs),
     /// In-memory sizes of the API types (why a Watch channel slot is boxed).
     Sizes,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum Hello {
+    /// Nothing: a silent TCP connection (shed at the 10 s preface deadline).
+    None,
+    /// The HTTP/2 preface and an empty SETTINGS frame: an idle HTTP/2 client.
+    H2,
+    /// The first 1..23 bytes of the preface: a preface that never completes.
+    Partial,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -107,6 +121,19 @@ struct WatchArgs {
 }
 
 #[derive(Debug, Parser)]
+struct ConnsArgs {
+    #[arg(long)]
+    addr: SocketAddr,
+    #[arg(long, default_value_t = 1000)]
+    count: usize,
+    #[arg(long, value_enum)]
+    hello: Hello,
+    /// How long to hold them after all are open (then they are closed).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    hold: Duration,
+}
+
+#[derive(Debug, Parser)]
 struct ChangeArgs {
     #[arg(long)]
     addr: SocketAddr,
@@ -146,6 +173,7 @@ fn main() -> std::process::ExitCode {
             Command::Unary(a) => unary(a).await,
             Command::Watch(a) => watch(a).await,
             Command::Change(a) => change(a).await,
+            Command::Conns(a) => conns(a),
             Command::Sizes => emit(&json!({
                 "mode": "sizes",
                 "Report": std::mem::size_of::<Report>(),
@@ -448,6 +476,37 @@ async fn watch(a: WatchArgs) -> Result<(), BoxError> {
 }
 
 const LIMIT: &str = "user.max_user_namespaces";
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Blocking on purpose: plain sockets, no runtime, nothing but the greeting.
+fn conns(a: ConnsArgs) -> Result<(), BoxError> {
+    // An empty SETTINGS frame: length 0, type 4, flags 0, stream 0.
+    let settings = [0u8, 0, 0, 4, 0, 0, 0, 0, 0];
+    let started = Instant::now();
+    let mut held = Vec::with_capacity(a.count);
+    for i in 0..a.count {
+        let mut s = std::net::TcpStream::connect_timeout(&a.addr, Duration::from_secs(5))
+            .map_err(|e| format!("connection {}: {e}", i + 1))?;
+        match a.hello {
+            Hello::None => {}
+            Hello::H2 => {
+                s.write_all(PREFACE)?;
+                s.write_all(&settings)?;
+            }
+            Hello::Partial => s.write_all(&PREFACE[..1 + i % (PREFACE.len() - 1)])?,
+        }
+        held.push(s);
+    }
+    emit(&json!({
+        "mode": "conns",
+        "hello": format!("{:?}", a.hello).to_lowercase(),
+        "opened": held.len(),
+        "open_ms": started.elapsed().as_secs_f64() * 1000.0,
+    }))?;
+    std::thread::sleep(a.hold);
+    Ok(())
+}
 
 async fn change(a: ChangeArgs) -> Result<(), BoxError> {
     let ch = connect(a.addr).await?;

@@ -328,6 +328,53 @@ rec "{\"kind\":\"change\",\"r\":$(cat "$OUT/change.json")}"
 stop_pid "$agent"
 
 ###############################################################################
+# What connection floods cost the agent (the thresholds tests/hostile.rs used
+# to assert; that test now checks only that the agent sheds them and keeps
+# answering).
+ulimit -n 65536 2>/dev/null || ulimit -n 20000 2>/dev/null || true
+note "hostile: agent CPU with 1,000 truncated HTTP/2 prefaces waiting (3 s)"
+port=$(free_ports 1)
+start_agent preface -1 "$port"
+agent=$LASTPID
+sleep 1
+read -r u0 s0 _ <<<"$(cpu_ticks "$agent")"
+sleep 3
+read -r u1 s1 _ <<<"$(cpu_ticks "$agent")"
+quiet=$((u1 + s1 - u0 - s0))
+start_bg "$LOAD" conns --addr "127.0.0.1:$port" --count 1000 --hello partial --hold 6s \
+	>"$OUT/preface.json" 2>"$OUT/preface.err"
+client=$LASTPID
+wait_line "$OUT/preface.json" 30
+read -r u0 s0 _ <<<"$(cpu_ticks "$agent")"
+sleep 3
+read -r u1 s1 _ <<<"$(cpu_ticks "$agent")"
+read -r rss hwm <<<"$(mem_kb "$agent")"
+rec "{\"kind\":\"preface_wait\",\"secs\":3,\"quiet_ticks\":$quiet,\"ticks\":$((u1 + s1 - u0 - s0)),\"rss_kb\":$rss,\"hwm_kb\":$hwm,\"client\":$(cat "$OUT/preface.json")}"
+stop_pid "$client"
+stop_pid "$agent"
+
+for hello in none h2; do
+	note "hostile: 10,000 idle connections ($hello), then closed"
+	port=$(free_ports 1)
+	start_agent "conns-$hello" -1 "$port"
+	agent=$LASTPID
+	sleep 1
+	read -r rss0 _ <<<"$(mem_kb "$agent")"
+	# Held for 5 s: silent ones meet the agent's 10 s preface deadline later.
+	start_bg "$LOAD" conns --addr "127.0.0.1:$port" --count 10000 --hello "$hello" --hold 5s \
+		>"$OUT/conns-$hello.json" 2>"$OUT/conns-$hello.err"
+	client=$LASTPID
+	wait_line "$OUT/conns-$hello.json" 60
+	sleep 1
+	read -r rss hwm <<<"$(mem_kb "$agent")"
+	wait "$client" 2>/dev/null || true
+	sleep 2
+	read -r rss_after _ <<<"$(mem_kb "$agent")"
+	rec "{\"kind\":\"conns\",\"hello\":\"$hello\",\"n\":10000,\"rss0_kb\":$rss0,\"rss_kb\":$rss,\"hwm_kb\":$hwm,\"rss_after_kb\":$rss_after,\"client\":$(cat "$OUT/conns-$hello.json")}"
+	stop_pid "$agent"
+done
+
+###############################################################################
 note "idle: the idle agents' 60 s samples"
 wait "$IDLE_SAMPLER" || true
 while read -r p elapsed u1 s1 cu1 cs1 rss hwm; do

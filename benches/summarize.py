@@ -108,6 +108,29 @@ def main():
                      f"{mib_kb(g['rss50_kb'])} → {mib_kb(g['rss100_kb'])} (Δ {d:+d} kB; start {mib_kb(g['rss0_kb'])}, "
                      f"VmHWM {mib_kb(g['hwm100_kb'])}; {g['ok']} calls ok)", yes(ok)))
 
+    # Connection floods (moved here from tests/hostile.rs, which checks only
+    # that the agent sheds them and keeps answering).
+    for p in by.get("preface_wait", []):
+        pct_core = p["ticks"] / hz / p["secs"] * 100
+        quiet = p["quiet_ticks"] / hz / p["secs"] * 100
+        rows.append(("Agent CPU with 1,000 truncated HTTP/2 prefaces waiting, % of one core (3 s)", "≤ 20 %",
+                     f"{pct_core:.1f} % ({p['ticks']} ticks; {quiet:.1f} % without them); "
+                     f"VmHWM {mib_kb(p['hwm_kb'])}", yes(pct_core <= 20)))
+    for c in by.get("conns", []):
+        n = c["n"]
+        per = (c["rss_kb"] - c["rss0_kb"]) * 1024 / n
+        back = c["rss_after_kb"] <= c["rss0_kb"] + 8 * 1024
+        if c["hello"] == "none":
+            rows.append((f"Peak RSS with {n:,} silent TCP connections (VmHWM)", "≤ 64 MiB",
+                         f"VmHWM {mib_kb(c['hwm_kb'])} (VmRSS {mib_kb(c['rss_kb'])}; before {mib_kb(c['rss0_kb'])})",
+                         yes(c["hwm_kb"] <= 64 * 1024)))
+        else:
+            rows.append((f"RSS per idle HTTP/2 connection ({n:,} held)", "≤ 32 KiB",
+                         f"{per / 1024:.1f} KiB (VmRSS {mib_kb(c['rss_kb'])}, before {mib_kb(c['rss0_kb'])})",
+                         yes(per <= 32 * 1024)))
+        rows.append((f"RSS after {n:,} {'silent TCP' if c['hello'] == 'none' else 'idle HTTP/2'} connections closed",
+                     "≤ before + 8 MiB", f"{mib_kb(c['rss_after_kb'])} (before {mib_kb(c['rss0_kb'])})", yes(back)))
+
     # Latency (closed loop, per-call timing by the Rust client).
     lat = [r["r"] for r in by.get("latency", [])]
     closed = [r for r in lat if r["rpc"] == "GetReport" and r["offered_rate"] == 0]

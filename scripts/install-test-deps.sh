@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs what the tests need on a fresh Debian machine (run as root):
+# Installs what the tests need on a fresh Debian machine (run as root); the
+# only place anything is installed for the tests (tests never install):
 # Debian's containerd and runsc (real parts for the CRI and sandbox tests),
+# util-linux and mount (unshare, nsenter, the boot id bind mount),
 # umoci/skopeo (extension image), qemu-user-static (the aarch64 binary),
 # clang (ring's C for aarch64), nghttp2-client, GNU time and llvm-strip (the
 # benchmarks), jq (the extension's image index),
@@ -10,7 +12,7 @@ set -euo pipefail
 need_apt=()
 for pair in containerd:containerd runsc:runsc umoci:umoci skopeo:skopeo \
             qemu-aarch64-static:qemu-user-static h2load:nghttp2-client clang:clang \
-            nsenter:util-linux readelf:binutils llvm-strip:llvm /usr/bin/time:time \
+            nsenter:util-linux unshare:util-linux mount:mount readelf:binutils llvm-strip:llvm /usr/bin/time:time \
             jq:jq; do
   bin=${pair%%:*} pkg=${pair#*:}
   command -v "$bin" >/dev/null 2>&1 || need_apt+=("$pkg")
@@ -36,3 +38,8 @@ if ! command -v grpcurl >/dev/null 2>&1; then
   hash -r
 fi
 command -v grpcurl >/dev/null || { echo "grpcurl did not install" >&2; exit 1; }
+
+# The real parts the integration tests start (they fail, not skip, without them).
+for bin in containerd ctr /usr/bin/runsc unshare nsenter; do
+  command -v "$bin" >/dev/null 2>&1 || { echo "install-test-deps: $bin is missing after the install" >&2; exit 1; }
+done

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Builds the Talos extension image and checks it: the tests in
-# tests/extension.rs run scripts/build-extension.sh themselves (once per test
-# run), so this is `cargo test --test extension` with the build's output shown
-# first, for CI logs and for people.
+# Builds the Talos extension image and checks it: scripts/build-extension.sh
+# (release musl binaries, the OCI image), then the tests in tests/extension.rs
+# against that output, found through SR_EXTENSION_OUT. The slow tier of
+# scripts/test.sh does the same; this runs it alone, for CI logs and people.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-"$root/scripts/build-extension.sh"
+export EXTENSION_TARGET_DIR=${EXTENSION_TARGET_DIR:-$root/target/extension}
+export SR_EXTENSION_OUT=${SR_EXTENSION_OUT:-$root/out}
+OUT=$SR_EXTENSION_OUT "$root/scripts/build-extension.sh"
 cd "$root"
 exec cargo test --locked --test extension -- "$@"

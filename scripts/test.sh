@@ -1,9 +1,112 @@
 #!/usr/bin/env bash
-# The project's test command: installs what the tests need, then runs the
-# lints and every test (unit, property, real kernel, real containerd, real
-# runsc, gRPC over sockets, the Talos extension image).
+# The project's test command: installs what the tests need, runs the lints,
+# then the tests in three tiers, in this order:
+#   unit         no root, nothing on the host changed: the library's and the
+#                binary's own tests, property tests of the parsers, fixture
+#                trees, TLS in-process over loopback
+#   integration  the real kernel (user namespaces), a private containerd,
+#                runsc sandboxes, real agents and `check` over sockets (root)
+#   slow         the Talos extension image: built here first (release musl
+#                binaries for x86_64 and aarch64), then checked by the tests
+# and, before the slow tier, a size gate on the static x86_64 binary.
+#
+# Each tier prints its counts; the last lines are one per tier and a total,
+# each alone on its line: `<tier>: N passed, N failed, N skipped`. A skipped
+# test is one that called common::skip (it wrote a line to $SR_SKIP_LOG and
+# libtest counted it as passed) or one marked #[ignore]; re-exec helpers
+# (`reexec_helper_*`) are not tests and are filtered out.
+#
+# Environment: TEST_THREADS (libtest threads, default 4), SR_EXTENSION_OUT
+# (where the image is built, default out/), EXTENSION_TARGET_DIR (its cargo
+# target dir, default target/extension).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root=$PWD
+
+# Every tests/*.rs is in exactly one tier (checked below).
+unit_tests=(fuzz_parsers gvisor_fixtures tls)
+integration_tests=(check_pool check_scale check_tls check_wait cri_live faults gvisor_e2e
+	gvisor_runsc hostile serve_grpc serve_tls userns_kernel)
+slow_tests=(extension)
+# The static x86_64 binary may not grow past this (bytes).
+size_limit=$((4 * 1024 * 1024))
+
+threads=${TEST_THREADS:-4}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+check_tiers() {
+	local f name listed=" ${unit_tests[*]} ${integration_tests[*]} ${slow_tests[*]} " bad=0
+	for f in tests/*.rs; do
+		name=$(basename "$f" .rs)
+		case $listed in
+		*" $name "*) ;;
+		*)
+			echo "scripts/test.sh: tests/$name.rs is in no tier; add it to one" >&2
+			bad=1
+			;;
+		esac
+	done
+	for name in $listed; do
+		[ -f "tests/$name.rs" ] || {
+			echo "scripts/test.sh: tier lists $name, but tests/$name.rs does not exist" >&2
+			bad=1
+		}
+	done
+	return $bad
+}
+
+# Sums libtest's `test result:` lines of a log: prints "passed failed ignored".
+count_results() {
+	awk '/^test result:/ {
+		for (i = 1; i < NF; i++) {
+			if ($(i + 1) ~ /^passed;?$/) p += $i
+			if ($(i + 1) ~ /^failed;?$/) f += $i
+			if ($(i + 1) ~ /^ignored;?$/) g += $i
+		}
+	} END { print p + 0, f + 0, g + 0 }' "$1"
+}
+
+declare -A counts
+tiers=()
+overall=0
+
+# Runs one tier: `run_tier NAME CARGO-TEST-ARGS...`; records its counts.
+run_tier() {
+	local name=$1
+	shift
+	local log=$work/$name.log skips=$work/$name.skips rc=0 start=$SECONDS
+	: >"$skips"
+	echo "== $name tests"
+	SR_SKIP_LOG=$skips cargo test --locked --no-fail-fast "$@" -- \
+		--test-threads="$threads" --skip reexec_helper_ 2>&1 | tee "$log" || rc=$?
+	local passed failed ignored skipped
+	read -r passed failed ignored < <(count_results "$log")
+	skipped=$(wc -l <"$skips")
+	# libtest counted each common::skip as a pass.
+	passed=$((passed - skipped))
+	skipped=$((skipped + ignored))
+	if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
+		# A build error or a test binary that died before its summary.
+		echo "== $name: cargo test exited $rc with no failed test counted (build error or crashed test binary)"
+		failed=1
+	fi
+	if [ -s "$skips" ]; then
+		sed 's/^/SKIPPED /' "$skips"
+	fi
+	grep -h '^test .* \.\.\. ignored' "$log" | sed 's/^/SKIPPED (ignored) /' || true
+	echo "== $name tier: $passed passed, $failed failed, $skipped skipped ($((SECONDS - start)) s)"
+	counts[$name]="$passed $failed $skipped"
+	tiers+=("$name")
+	[ "$failed" -eq 0 ] || overall=1
+}
+
+test_args() { # --test NAME for each name
+	local t
+	for t in "$@"; do printf -- '--test\n%s\n' "$t"; done
+}
+
+check_tiers
 
 scripts/install-test-deps.sh
 
@@ -11,6 +114,48 @@ echo "== fmt"
 cargo fmt --all -- --check
 echo "== clippy"
 cargo clippy --all-targets --locked -- -D warnings
-echo "== tests"
-# Property tests run a bounded number of cases (proptest default, 256 each).
-cargo test --locked --lib --bins --tests -- --test-threads="${TEST_THREADS:-4}"
+
+mapfile -t args < <(test_args "${unit_tests[@]}")
+run_tier unit --lib --bins "${args[@]}"
+
+mapfile -t args < <(test_args "${integration_tests[@]}")
+run_tier integration "${args[@]}"
+
+echo "== extension image"
+export EXTENSION_TARGET_DIR=${EXTENSION_TARGET_DIR:-$root/target/extension}
+export SR_EXTENSION_OUT=${SR_EXTENSION_OUT:-$root/out}
+if ! OUT=$SR_EXTENSION_OUT scripts/build-extension.sh; then
+	# The slow tier then fails with the missing image as its reason.
+	echo "== extension image: scripts/build-extension.sh failed"
+	overall=1
+fi
+
+echo "== size gate"
+# The binary scripts/build-extension.sh just built with
+# `cargo build --release --locked --target x86_64-unknown-linux-musl`.
+bin=$EXTENSION_TARGET_DIR/x86_64-unknown-linux-musl/release/sandbox-readiness
+if [ -f "$bin" ]; then
+	size=$(stat -c %s "$bin")
+	if [ "$size" -gt "$size_limit" ]; then
+		echo "size gate: FAILED: $bin is $size bytes, over the $size_limit-byte (4 MiB) budget"
+		overall=1
+	else
+		echo "size gate: ok: $bin is $size bytes (budget $size_limit)"
+	fi
+else
+	echo "size gate: FAILED: no x86_64 musl release binary at $bin"
+	overall=1
+fi
+
+mapfile -t args < <(test_args "${slow_tests[@]}")
+run_tier slow "${args[@]}"
+
+echo "== summary"
+total_p=0 total_f=0 total_s=0
+for t in "${tiers[@]}"; do
+	read -r p f s <<<"${counts[$t]}"
+	echo "$t: $p passed, $f failed, $s skipped"
+	total_p=$((total_p + p)) total_f=$((total_f + f)) total_s=$((total_s + s))
+done
+echo "total: $total_p passed, $total_f failed, $total_s skipped"
+exit "$overall"

@@ -3,16 +3,14 @@
 //! kubectl NodeList.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod check_support;
+mod common;
 
 use std::{
     collections::BTreeSet,
     time::{Duration, Instant},
 };
 
-use check_support::{
-    args, check, free_port, free_port_on, node_list, Agent, AgentSpec, HungListener,
-};
+use common::{args, check, node_list, refused_port, wait_until, Agent, AgentSpec, HungListener};
 
 const SYSCTL: &str = "--sysctl=user.max_user_namespaces=11255";
 
@@ -22,7 +20,7 @@ fn twenty_agents_the_check_names_exactly_those_at_zero_then_passes() {
     let agents: Vec<Agent> = (0..20)
         .map(|i| {
             let limit = if at_zero.contains(&i) { 0 } else { 11255 };
-            Agent::start(AgentSpec::on_port(limit, free_port()))
+            Agent::spawn(AgentSpec::pool_member(limit))
         })
         .collect();
     let refs: Vec<&Agent> = agents.iter().collect();
@@ -43,7 +41,7 @@ fn twenty_agents_the_check_names_exactly_those_at_zero_then_passes() {
         .collect();
     let want: BTreeSet<String> = at_zero
         .iter()
-        .map(|&i| agents[i].addr().to_string())
+        .map(|&i| agents[i].addr.to_string())
         .collect();
     assert_eq!(off, want);
     for n in doc["nodes"].as_array().unwrap() {
@@ -79,10 +77,10 @@ fn twenty_agents_the_check_names_exactly_those_at_zero_then_passes() {
     assert_eq!(lines.len(), 22, "{}", run.stdout);
     assert!(lines[0].starts_with("NODE") && lines[0].contains("USERNS LIMIT"));
     let mut sorted: Vec<&Agent> = refs.clone();
-    sorted.sort_by_key(|a| a.addr().port());
+    sorted.sort_by_key(|a| a.addr.port());
     for (row, agent) in lines[1..21].iter().zip(&sorted) {
-        assert!(row.starts_with(&agent.addr().to_string()), "{row}");
-        let zero = agent.spec.limit == 0;
+        assert!(row.starts_with(&agent.addr.to_string()), "{row}");
+        let zero = agent.spec.limit == Some(0);
         assert_eq!(row.contains(" no "), zero, "{row}");
         assert_eq!(row.contains(" yes "), !zero, "{row}");
     }
@@ -95,26 +93,36 @@ fn twenty_agents_the_check_names_exactly_those_at_zero_then_passes() {
     );
 
     // Raise the limit where it was 0; --refresh makes every agent look again.
-    // The agent serves a refresh from an observation at most its
-    // --min-refresh-interval (1 s) old, so let that pass first.
+    // An agent answers a refresh from an observation at most its
+    // --min-refresh-interval (1 s) old, so the first rounds may still see 0:
+    // ask until every agent answers with the new value.
     for &i in &at_zero {
         agents[i].set_limit(11255);
     }
-    std::thread::sleep(Duration::from_millis(1200));
-    let run = check(
-        &args(&["-n", &list, SYSCTL, "--require-userns", "--refresh"]),
-        Duration::from_secs(30),
+    let mut run = None;
+    wait_until(
+        Duration::from_secs(15),
+        "20/20 converged after the raise",
+        || {
+            let r = check(
+                &args(&["-n", &list, SYSCTL, "--require-userns", "--refresh"]),
+                Duration::from_secs(30),
+            );
+            let done = r.code() == 0;
+            run = Some(r);
+            done
+        },
     );
-    assert_eq!(run.code(), 0, "{}\n{}", run.stdout, run.stderr);
+    let run = run.unwrap();
     assert!(run.stdout.ends_with("20/20 converged\n"), "{}", run.stdout);
 }
 
 #[test]
 fn refusing_and_hung_addresses_are_reported_within_the_deadline() {
-    let good = Agent::start(AgentSpec::on_port(11255, free_port()));
+    let good = Agent::spawn(AgentSpec::pool_member(11255));
     let hung: Vec<HungListener> = (0..30).map(|_| HungListener::start("127.0.0.1")).collect();
-    let refused: Vec<u16> = (0..10).map(|_| free_port()).collect();
-    let mut nodes = vec![good.addr().to_string()];
+    let refused: Vec<u16> = (0..10).map(|_| refused_port()).collect();
+    let mut nodes = vec![good.addr.to_string()];
     nodes.extend(hung.iter().map(|h| h.addr.to_string()));
     nodes.extend(refused.iter().map(|p| format!("127.0.0.1:{p}")));
     let list = nodes.join(",");
@@ -152,7 +160,7 @@ fn refusing_and_hung_addresses_are_reported_within_the_deadline() {
             .unwrap_or_else(|| panic!("no row for {name}"))
             .clone()
     };
-    assert_eq!(by_name(&good.addr().to_string())["converged"], true);
+    assert_eq!(by_name(&good.addr.to_string())["converged"], true);
     for h in &hung {
         let n = by_name(&h.addr.to_string());
         assert_eq!(n["error"]["kind"], "deadline", "{n}");
@@ -259,18 +267,15 @@ fn bad_node_entries_and_flags_are_refused_before_anything_is_sent() {
 fn kube_node_list_rows_are_labelled_by_node_name() {
     // Every node on the same port, on different loopback addresses, the way
     // a cluster has one port and many InternalIPs.
-    let port = free_port_on("127.0.0.2");
-    let a = Agent::start(AgentSpec::new(
-        11255,
-        vec![format!("127.0.0.2:{port}").parse().unwrap()],
-    ));
-    let b = Agent::start(AgentSpec::new(
-        0,
-        vec![
-            format!("127.0.0.3:{port}").parse().unwrap(),
-            format!("[::1]:{port}").parse().unwrap(),
-        ],
-    ));
+    // Agent a picks the port; b takes the same one on two other addresses.
+    let a = Agent::spawn(
+        AgentSpec::pool_member(11255).listening_on(vec!["127.0.0.2:0".parse().unwrap()]),
+    );
+    let port = a.port;
+    let b = Agent::spawn(AgentSpec::pool_member(0).listening_on(vec![
+        format!("127.0.0.3:{port}").parse().unwrap(),
+        format!("[::1]:{port}").parse().unwrap(),
+    ]));
     let list = serde_json::json!({
         "apiVersion": "v1",
         "kind": "List",
@@ -341,7 +346,7 @@ fn kube_node_list_rows_are_labelled_by_node_name() {
         "{}", run.stdout);
 
     // The same document from stdin.
-    let mut child = std::process::Command::new(check_support::BIN)
+    let mut child = std::process::Command::new(common::BIN)
         .args([
             "check",
             "--kube-nodes",
@@ -373,17 +378,17 @@ fn kube_node_list_rows_are_labelled_by_node_name() {
 
 #[test]
 fn show_reports_prints_each_full_report() {
-    let a = Agent::start(AgentSpec::on_port(11255, free_port()));
+    let a = Agent::spawn(AgentSpec::pool_member(11255));
     let started = Instant::now();
     let run = check(
-        &args(&["-n", &a.addr().to_string(), SYSCTL, "--show-reports"]),
+        &args(&["-n", &a.addr.to_string(), SYSCTL, "--show-reports"]),
         Duration::from_secs(20),
     );
     assert_eq!(run.code(), 0, "{}", run.stderr);
     assert!(started.elapsed() < Duration::from_secs(10));
     assert!(
         run.stdout
-            .contains(&format!("== {} ({}) ==", a.addr(), a.addr())),
+            .contains(&format!("== {} ({}) ==", a.addr, a.addr)),
         "{}",
         run.stdout
     );

@@ -4,11 +4,11 @@
 //! row with a reason a person can act on.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod check_support;
+mod common;
 
 use std::{path::Path, process::Command, time::Duration};
 
-use check_support::{args, check, free_port, Agent, AgentSpec, BIN};
+use common::{args, check, Agent, AgentSpec, BIN};
 
 fn tls_init(dir: &Path) {
     let out = Command::new(BIN)
@@ -33,7 +33,7 @@ fn mtls_agent_is_asked_with_the_client_identity_and_refuses_others() {
     tls_init(&other);
     let f = |name: &str| certs.join(name).to_str().unwrap().to_string();
 
-    let mut spec = AgentSpec::on_port(11255, free_port());
+    let mut spec = AgentSpec::pool_member(11255);
     spec.extra.extend(args(&[
         "--tls-cert",
         &f("server.pem"),
@@ -42,8 +42,8 @@ fn mtls_agent_is_asked_with_the_client_identity_and_refuses_others() {
         "--client-ca",
         &f("ca.pem"),
     ]));
-    let agent = Agent::start(spec);
-    let node = agent.addr().to_string();
+    let agent = Agent::spawn(spec);
+    let node = agent.addr.to_string();
     let base = |extra: &[&str]| {
         let mut a = args(&[
             "-n",

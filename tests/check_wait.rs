@@ -3,17 +3,16 @@
 //! boot id), and a node set that grows through `--nodes-cmd`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod check_support;
+mod common;
 
 use std::time::{Duration, Instant};
 
-use check_support::{args, free_port, node_list, write_atomic, Agent, AgentSpec, CheckProc};
+use common::{args, node_list, write_atomic, Agent, AgentSpec, CheckProc};
 
 const SYSCTL: &str = "--sysctl=user.max_user_namespaces=11255";
-
-fn sleep_ms(ms: u64) {
-    std::thread::sleep(Duration::from_millis(ms));
-}
+/// How long a change may take to show in `check`'s output: generous, since
+/// only a failure waits this long.
+const SHOWN: Duration = Duration::from_secs(20);
 
 #[test]
 fn wait_exits_0_soon_after_the_last_node_converges_and_survives_a_restart() {
@@ -21,9 +20,9 @@ fn wait_exits_0_soon_after_the_last_node_converges_and_survives_a_restart() {
     let boot_file = dir.path().join("boot_id");
     std::fs::write(&boot_file, "00000000-feed-4bad-beef-000000000001\n").unwrap();
 
-    let ok = Agent::start(AgentSpec::on_port(11255, free_port()));
-    let slow = Agent::start(AgentSpec::on_port(0, free_port()));
-    let mut restarted = Agent::start(AgentSpec::on_port(0, free_port()));
+    let ok = Agent::spawn(AgentSpec::pool_member(11255));
+    let slow = Agent::spawn(AgentSpec::pool_member(0));
+    let mut restarted = Agent::spawn(AgentSpec::pool_member(0));
     let list = node_list(&[&ok, &slow, &restarted]);
 
     let proc = CheckProc::spawn(&args(&[
@@ -34,19 +33,32 @@ fn wait_exits_0_soon_after_the_last_node_converges_and_survives_a_restart() {
         "--wait",
         "60s",
     ]));
-    sleep_ms(1500);
+    let (r, s) = (restarted.addr.to_string(), slow.addr.to_string());
+    proc.stderr().wait_lines(
+        &[
+            &format!("{s}: not converged"),
+            &format!("{r}: not converged"),
+        ],
+        SHOWN,
+    );
 
     // The machine behind one node is replaced: the agent dies, and comes
     // back on the same address with another boot id.
     restarted.kill();
-    sleep_ms(800);
-    let mut spec = restarted.spec.clone();
+    // Seen as a broken stream or a refused reconnect.
+    let noticed_loss =
+        |l: &String| l.contains(&r) && (l.contains("retrying in") || l.contains("stream"));
+    proc.stderr()
+        .wait_for(SHOWN, |lines| lines.iter().any(noticed_loss).then_some(()))
+        .unwrap_or_else(|e| panic!("the restart was not noticed: {e}"));
+    let mut spec = restarted.same_addresses();
     spec.boot_id_file = Some(boot_file.clone());
-    let restarted = Agent::start(spec);
-    sleep_ms(1000);
+    let restarted = Agent::spawn(spec);
+    proc.stderr()
+        .wait_line(&format!("{r}: boot id changed"), SHOWN);
 
     slow.set_limit(11255);
-    sleep_ms(1000);
+    proc.stderr().wait_line(&format!("{s}: converged"), SHOWN);
     let mut proc = proc;
     assert!(proc.running(), "check ended while a node was still at 0");
     let last_raised = Instant::now();
@@ -59,8 +71,6 @@ fn wait_exits_0_soon_after_the_last_node_converges_and_survives_a_restart() {
         after_last < Duration::from_secs(5),
         "exited {after_last:?} after the last node converged"
     );
-    let r = restarted.addr().to_string();
-    let s = slow.addr().to_string();
     let err = &run.stderr;
     // Plain output (stderr is a pipe): one line per change.
     for want in [
@@ -74,7 +84,8 @@ fn wait_exits_0_soon_after_the_last_node_converges_and_survives_a_restart() {
     // The restart showed as a broken stream or a refused reconnect, then recovered.
     let lost = err
         .lines()
-        .position(|l| l.contains(&r) && (l.contains("retrying in") || l.contains("stream")))
+        .map(String::from)
+        .position(|l| noticed_loss(&l))
         .unwrap_or_else(|| panic!("the restart was not noticed:\n{err}"));
     let back = err
         .lines()
@@ -97,8 +108,8 @@ fn wait_exits_0_soon_after_the_last_node_converges_and_survives_a_restart() {
 
 #[test]
 fn wait_times_out_with_exit_1_and_the_state_so_far() {
-    let a = Agent::start(AgentSpec::on_port(0, free_port()));
-    let b = Agent::start(AgentSpec::on_port(11255, free_port()));
+    let a = Agent::spawn(AgentSpec::pool_member(0));
+    let b = Agent::spawn(AgentSpec::pool_member(11255));
     let proc = CheckProc::spawn(&args(&[
         "-n",
         &node_list(&[&a, &b]),
@@ -127,15 +138,11 @@ fn wait_times_out_with_exit_1_and_the_state_so_far() {
 
 #[test]
 fn ctrl_c_prints_the_state_so_far() {
-    let a = Agent::start(AgentSpec::on_port(0, free_port()));
-    let mut proc = CheckProc::spawn(&args(&[
-        "-n",
-        &a.addr().to_string(),
-        SYSCTL,
-        "--wait",
-        "60s",
-    ]));
-    sleep_ms(1500);
+    let a = Agent::spawn(AgentSpec::pool_member(0));
+    let mut proc = CheckProc::spawn(&args(&["-n", &a.addr.to_string(), SYSCTL, "--wait", "60s"]));
+    // Interrupted once it has the first state (the handler is in place by then).
+    proc.stderr()
+        .wait_line(&format!("{}: not converged", a.addr), SHOWN);
     assert!(proc.running());
     let pid = proc.pid();
     let kill = std::process::Command::new("kill")
@@ -154,7 +161,7 @@ fn ctrl_c_prints_the_state_so_far() {
     assert!(
         run.stdout.ends_with(&format!(
             "0/1 converged; {}: user.max_user_namespaces is 0, expected 11255\n",
-            a.addr()
+            a.addr
         )),
         "{}",
         run.stdout
@@ -165,9 +172,9 @@ fn ctrl_c_prints_the_state_so_far() {
 fn wait_follows_nodes_cmd_and_needs_the_expected_count() {
     let dir = tempfile::tempdir().unwrap();
     let listing = dir.path().join("nodes.txt");
-    let a = Agent::start(AgentSpec::on_port(11255, free_port()));
-    let b = Agent::start(AgentSpec::on_port(11255, free_port()));
-    write_atomic(&listing, &format!("{}\n{}\n", a.addr(), b.addr()));
+    let a = Agent::spawn(AgentSpec::pool_member(11255));
+    let b = Agent::spawn(AgentSpec::pool_member(11255));
+    write_atomic(&listing, &format!("{}\n{}\n", a.addr, b.addr));
 
     let cmd = format!("cat '{}'", listing.display());
     let mut proc = CheckProc::spawn(&args(&[
@@ -182,16 +189,29 @@ fn wait_follows_nodes_cmd_and_needs_the_expected_count() {
         "60s",
     ]));
     // Two nodes, both converged: not enough.
-    sleep_ms(2000);
+    proc.stderr().wait_lines(
+        &[
+            &format!("{}: converged", a.addr),
+            &format!("{}: converged", b.addr),
+        ],
+        SHOWN,
+    );
     assert!(proc.running(), "succeeded with two of three nodes");
 
     // The rollout adds the third machine, not yet converged.
-    let c = Agent::start(AgentSpec::on_port(0, free_port()));
+    let c = Agent::spawn(AgentSpec::pool_member(0));
     write_atomic(
         &listing,
-        &format!("# pool gvisor\n{}\n{}\n{}\n", a.addr(), b.addr(), c.addr()),
+        &format!("# pool gvisor\n{}\n{}\n{}\n", a.addr, b.addr, c.addr),
     );
-    sleep_ms(2000);
+    // Added and seen unconverged: check kept running past two of three.
+    proc.stderr().wait_lines(
+        &[
+            &format!("{}: added", c.addr),
+            &format!("{}: not converged", c.addr),
+        ],
+        SHOWN,
+    );
     assert!(proc.running(), "succeeded before the third node converged");
 
     let raised = Instant::now();
@@ -203,7 +223,7 @@ fn wait_follows_nodes_cmd_and_needs_the_expected_count() {
         "{:?}",
         raised.elapsed()
     );
-    let ca = c.addr().to_string();
+    let ca = c.addr.to_string();
     assert!(
         run.stderr.contains(&format!("{ca}: added")),
         "{}",
@@ -217,8 +237,8 @@ fn wait_follows_nodes_cmd_and_needs_the_expected_count() {
     assert!(run.stdout.ends_with("3/3 converged\n"), "{}", run.stdout);
 
     // A node the command stops listing is dropped.
-    let d = Agent::start(AgentSpec::on_port(0, free_port()));
-    write_atomic(&listing, &format!("{}\n{}\n", a.addr(), d.addr()));
+    let d = Agent::spawn(AgentSpec::pool_member(0));
+    write_atomic(&listing, &format!("{}\n{}\n", a.addr, d.addr));
     let mut proc = CheckProc::spawn(&args(&[
         "--nodes-cmd",
         &cmd,
@@ -228,13 +248,14 @@ fn wait_follows_nodes_cmd_and_needs_the_expected_count() {
         "--wait",
         "60s",
     ]));
-    sleep_ms(1500);
+    proc.stderr()
+        .wait_line(&format!("{}: not converged", d.addr), SHOWN);
     assert!(proc.running());
-    write_atomic(&listing, &format!("{}\n", a.addr()));
+    write_atomic(&listing, &format!("{}\n", a.addr));
     let run = proc.finish(Duration::from_secs(20));
     assert_eq!(run.code(), 0, "{}", run.stderr);
     assert!(
-        run.stderr.contains(&format!("{}: removed", d.addr())),
+        run.stderr.contains(&format!("{}: removed", d.addr)),
         "{}",
         run.stderr
     );

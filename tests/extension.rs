@@ -1,9 +1,12 @@
-//! The Talos system extension: builds the real OCI image with
-//! scripts/build-extension.sh (umoci, skopeo), pulls each platform out of the
-//! multi-platform index with skopeo, unpacks it with umoci and checks the
-//! flattened filesystem against the rules Talos and extensions-validator
-//! apply (reference/talos-extension.md §1.2-§1.4, §2.2). The checker itself is
-//! shown to reject broken trees, specs, manifests and dynamic binaries.
+//! The Talos system extension: takes the real OCI image that
+//! scripts/build-extension.sh built (umoci, skopeo) before the tests, in the
+//! directory named by `SR_EXTENSION_OUT` (scripts/test.sh and
+//! scripts/test-extension.sh build it and set it; nothing is compiled here),
+//! pulls each platform out of the multi-platform index with skopeo, unpacks
+//! it with umoci and checks the flattened filesystem against the rules Talos
+//! and extensions-validator apply (reference/talos-extension.md §1.2-§1.4,
+//! §2.2). The checker itself is shown to reject broken trees, specs,
+//! manifests and dynamic binaries.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -80,7 +83,7 @@ fn repo() -> &'static Path {
 }
 
 // ---------------------------------------------------------------------------
-// The image, built once per test run and unpacked per platform.
+// The image, built before the tests and unpacked per platform once per run.
 
 struct Built {
     out: PathBuf,
@@ -93,39 +96,63 @@ struct Built {
     configs: BTreeMap<&'static str, serde_json::Value>,
 }
 
-fn build_script(out: &Path, epoch: &str, no_cargo: bool) -> Output {
+/// Packages the binaries the image build left (EXTENSION_NO_CARGO=1, in
+/// `EXTENSION_TARGET_DIR` as that build had it) once more into `out`.
+fn package_again(out: &Path, epoch: &str) -> Output {
     let mut cmd = Command::new("bash");
     cmd.arg(repo().join("scripts/build-extension.sh"))
         .env("OUT", out)
-        .env("SOURCE_DATE_EPOCH", epoch);
-    if no_cargo {
-        cmd.env("EXTENSION_NO_CARGO", "1");
+        .env("SOURCE_DATE_EPOCH", epoch)
+        .env("EXTENSION_NO_CARGO", "1");
+    run(&mut cmd, Duration::from_secs(600))
+}
+
+/// Where scripts/build-extension.sh put the image; fails the test with what
+/// to run when it is not there.
+fn image_dir() -> PathBuf {
+    let out = std::env::var_os("SR_EXTENSION_OUT")
+        .filter(|o| !o.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            panic!(
+                "SR_EXTENSION_OUT is not set: build the image first and name its directory, e.g. \
+                 `OUT=out scripts/build-extension.sh && SR_EXTENSION_OUT=out cargo test --test extension` \
+                 (scripts/test-extension.sh does both)"
+            )
+        });
+    assert!(
+        out.join("oci/index.json").is_file() && out.join("extension").is_dir(),
+        "SR_EXTENSION_OUT={} holds no image built by scripts/build-extension.sh (no oci/index.json or extension/)",
+        out.display()
+    );
+    out
+}
+
+/// The SOURCE_DATE_EPOCH the image was built with: the build script's
+/// default (the last commit's time) unless the environment set one.
+fn build_epoch() -> String {
+    if let Some(e) = std::env::var("SOURCE_DATE_EPOCH")
+        .ok()
+        .filter(|e| !e.is_empty())
+    {
+        return e;
     }
-    // The first build on a fresh machine installs tools and compiles two
-    // release targets with LTO.
-    run(&mut cmd, Duration::from_secs(3600))
+    let git = run(
+        Command::new("git")
+            .args(["log", "-1", "--format=%ct"])
+            .current_dir(repo()),
+        Duration::from_secs(30),
+    );
+    Some(git.stdout.trim().to_string())
+        .filter(|e| git.ok && !e.is_empty())
+        .unwrap_or_else(|| "0".into())
 }
 
 fn built() -> &'static Built {
     static BUILT: OnceLock<Built> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let out = repo().join("out");
-        let git = run(
-            Command::new("git")
-                .args(["log", "-1", "--format=%ct"])
-                .current_dir(repo()),
-            Duration::from_secs(30),
-        );
-        let epoch = Some(git.stdout.trim().to_string())
-            .filter(|e| git.ok && !e.is_empty())
-            .unwrap_or_else(|| "0".into());
-        let build = build_script(&out, &epoch, false);
-        assert!(
-            build.ok,
-            "scripts/build-extension.sh failed:\n{}\n{}",
-            build.stdout, build.stderr
-        );
-        eprintln!("{}", build.stdout.trim_end());
+        let out = image_dir();
+        let epoch = build_epoch();
 
         let scratch = tempfile::tempdir().unwrap();
         let mut unpacked = BTreeMap::new();
@@ -698,7 +725,7 @@ fn the_index_selects_one_image_per_platform_with_its_architecture() {
 fn packaging_is_deterministic() {
     let b = built();
     let again = tempfile::tempdir().unwrap();
-    let out = build_script(again.path(), &b.epoch, true);
+    let out = package_again(again.path(), &b.epoch);
     assert!(
         out.ok,
         "second build failed:\n{}\n{}",

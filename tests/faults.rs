@@ -351,7 +351,16 @@ async fn hung_cri_and_hanging_runsc_do_not_slow_cached_reads_or_leak() {
             most
         })
     };
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // The burst starts once a refresh is in flight and has met the faults.
+    common::wait_until_async(
+        Duration::from_secs(5),
+        "a hanging runsc of a refresh",
+        || {
+            let live = !processes_with(&nonce, pid).is_empty();
+            async move { live }
+        },
+    )
+    .await;
     let cri_before = cri.accepted();
     let faulted = burst(&url, 100, 20).await;
     let cri_during = cri.accepted() - cri_before;
@@ -442,7 +451,12 @@ async fn hung_cri_and_hanging_runsc_do_not_slow_cached_reads_or_leak() {
     // Many more refreshes: no growth in fds or threads, nothing left running.
     let mut c = ReadinessServiceClient::new(connect(&url).await);
     check_refresh(&mut c).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let reaped = || {
+        let none = processes_with(&nonce, pid).is_empty();
+        async move { none }
+    };
+    // Measured once the refresh's hanging runsc is killed and reaped.
+    common::wait_until_async(Duration::from_secs(5), "the hanging runsc killed", reaped).await;
     let (fds0, threads0) = (fds(pid), threads(pid));
     let observed0 = report_within(&url, Duration::from_secs(5))
         .await
@@ -459,7 +473,7 @@ async fn hung_cri_and_hanging_runsc_do_not_slow_cached_reads_or_leak() {
         assert!(codes(&r).iter().any(|c| c == "SANDBOX_PROBE_FAILED"));
     }
     let took = t.elapsed();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    common::wait_until_async(Duration::from_secs(5), "the hanging runsc killed", reaped).await;
     let (fds1, threads1) = (fds(pid), threads(pid));
     let left = processes_with(&nonce, pid);
     let left_scripts = processes_with(runsc.to_str().expect("utf-8"), pid);

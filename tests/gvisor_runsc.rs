@@ -1,13 +1,16 @@
-//! The real gVisor: Debian's `runsc` (installed with apt-get when absent).
+//! The real gVisor: Debian's `runsc` (scripts/install-test-deps.sh installs it).
 //!
 //! The smoke probe must start a real sandbox as root, and, inside a child
 //! user namespace (`unshare -U -r`, where `user.max_user_namespaces` is
 //! writable), fail with runsc's ENOSPC at limit 0 and pass at 11255: the
 //! failure Talos users hit with the KSPP default. The in-namespace part runs
 //! this test binary again under `unshare`, selecting an ignored helper test
-//! and guarded by an environment variable.
+//! guarded by an environment variable (scripts/test.sh filters
+//! `reexec_helper_*` out, so it is neither run nor counted as a skip).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -28,15 +31,10 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn runsc() -> PathBuf {
     let p = PathBuf::from(RUNSC);
-    if !p.exists() {
-        let st = Command::new("apt-get")
-            .args(["install", "-y", "runsc"])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .expect("apt-get");
-        assert!(st.success(), "apt-get install -y runsc failed: {st}");
-    }
-    assert!(p.exists(), "{RUNSC} is missing after apt-get install");
+    assert!(
+        p.exists(),
+        "{RUNSC} is missing (scripts/install-test-deps.sh installs Debian's runsc)"
+    );
     p
 }
 
@@ -159,7 +157,7 @@ async fn real_runsc_on_kvm_returns_in_time_and_cleans_up() {
     assert_eq!(leftovers(), before, "the probe left something behind");
 }
 
-/// Runs this test binary's `inner_probe` helper inside `unshare -U -r` with
+/// Runs this test binary's `reexec_helper_inner_probe` helper inside `unshare -U -r` with
 /// `user.max_user_namespaces` set to `limit`, returning its probe.
 fn probe_in_child_userns(limit: u32, rootless: bool) -> Option<(Probe, String)> {
     let ok = Command::new("unshare")
@@ -169,7 +167,7 @@ fn probe_in_child_userns(limit: u32, rootless: bool) -> Option<(Probe, String)> 
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        println!("skipping: unshare -U -r is not possible here");
+        common::skip("unshare -U -r is not possible here (no unprivileged user namespaces)");
         return None;
     }
     let exe = std::env::current_exe().unwrap();
@@ -179,7 +177,7 @@ fn probe_in_child_userns(limit: u32, rootless: bool) -> Option<(Probe, String)> 
         .arg(&exe)
         .args([
             "--exact",
-            "inner_probe",
+            "reexec_helper_inner_probe",
             "--ignored",
             "--nocapture",
             "--test-threads=1",
@@ -219,9 +217,9 @@ fn probe_in_child_userns(limit: u32, rootless: bool) -> Option<(Probe, String)> 
 /// Helper for `probe_in_child_userns`: only does something when re-executed.
 #[tokio::test]
 #[ignore = "helper, run inside unshare by the in_child_userns tests"]
-async fn inner_probe() {
+async fn reexec_helper_inner_probe() {
     let Ok(mode) = std::env::var(INNER_ENV) else {
-        println!("inner_probe only runs re-executed inside unshare");
+        println!("reexec_helper_inner_probe only runs re-executed inside unshare");
         return;
     };
     let uid_map = fs::read_to_string("/proc/self/uid_map").unwrap();
@@ -232,7 +230,7 @@ async fn inner_probe() {
         uid_map.split_whitespace().collect::<Vec<_>>().join(","),
         limit.trim()
     );
-    // The harness has already printed "test inner_probe ... " on this line.
+    // The harness has already printed "test reexec_helper_inner_probe ... " on this line.
     println!("\n{RESULT_MARK}{ns} {}", serde_json::to_string(&p).unwrap());
 }
 

@@ -218,12 +218,8 @@ async fn health_and_reflection_v1_and_v1alpha() {
 
 #[tokio::test]
 async fn grpcurl_lists_the_services_without_the_proto_file() {
-    let Some(grpcurl) = common::on_path("grpcurl") else {
-        // CI installs it (scripts/test.sh); there a missing grpcurl is a failure.
-        assert!(std::env::var_os("CI").is_none(), "grpcurl is not installed");
-        eprintln!("skipping: grpcurl is not installed (scripts/test.sh installs it)");
-        return;
-    };
+    let grpcurl = common::on_path("grpcurl")
+        .expect("grpcurl is not installed (scripts/install-test-deps.sh installs it)");
     let agent = Agent::start(None, &[]);
     let out = tokio::process::Command::new(grpcurl)
         .args(["-plaintext", &agent.addr.to_string(), "list"])
@@ -304,9 +300,24 @@ async fn a_thousand_concurrent_refreshes_share_at_most_two_observations() {
         .and_then(|r| r.agent)
         .map(|a| a.observations)
         .expect("observations");
-    // Past --min-refresh-interval (1 s) since the startup observation, or a
-    // fast burst is answered from that one and no refresh runs at all.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // A refresh is answered from an observation that started less than
+    // --min-refresh-interval (1 s) before it: wait until the startup
+    // observation (which started at its observed_at) is past that, or the
+    // burst is answered from it and no refresh runs at all.
+    let startup = ReadinessServiceClient::new(channel.clone())
+        .get_report(GetReportRequest::default())
+        .await
+        .expect("GetReport")
+        .into_inner()
+        .report
+        .and_then(|r| r.observed_at)
+        .expect("observed_at");
+    let stale_at = std::time::UNIX_EPOCH
+        + Duration::new(startup.seconds as u64, startup.nanos as u32)
+        + Duration::from_millis(1010);
+    if let Ok(left) = stale_at.duration_since(std::time::SystemTime::now()) {
+        tokio::time::sleep(left).await;
+    }
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..1000 {
         let mut c = ReadinessServiceClient::new(channel.clone());

@@ -5,31 +5,11 @@
 mod common;
 
 use std::{
-    net::TcpStream,
-    process::{Command, Stdio},
+    process::Command,
     time::{Duration, Instant},
 };
 
-use common::{free_port, run, BIN};
-
-struct Killed(std::process::Child);
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait_port(port: u16) {
-    let start = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "agent did not start"
-        );
-        std::thread::sleep(Duration::from_millis(25));
-    }
-}
+use common::{run, Agent, AgentSpec, BIN};
 
 #[test]
 fn check_with_tls_init_material_succeeds_end_to_end() {
@@ -57,23 +37,13 @@ fn check_with_tls_init_material_succeeds_end_to_end() {
     );
     assert!(printed.contains("--tls-ca"), "{printed}");
 
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let _agent = Killed(
-        Command::new(BIN)
-            .args(["serve", "--listen", &listen])
-            .arg("--tls-cert")
-            .arg(tls.join("server.pem"))
-            .arg("--tls-key")
-            .arg(tls.join("server-key.pem"))
-            .arg("--client-ca")
-            .arg(tls.join("ca.pem"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_port(port);
+    let path = |name: &str| tls.join(name).to_str().unwrap().to_string();
+    let (cert, key, ca) = (path("server.pem"), path("server-key.pem"), path("ca.pem"));
+    let agent = Agent::spawn(AgentSpec::new(
+        None,
+        &["--tls-cert", &cert, "--tls-key", &key, "--client-ca", &ca],
+    ));
+    let listen = agent.addr.to_string();
 
     let check = |with_cert: bool| {
         let mut c = Command::new(BIN);
@@ -156,24 +126,12 @@ fn plaintext_outside_loopback_is_refused_at_startup() {
 
 #[test]
 fn insecure_plaintext_outside_loopback_starts_with_a_warning() {
-    let port = free_port();
-    let mut child = Command::new(BIN)
-        .args([
-            "serve",
-            "--insecure-plaintext",
-            "--listen",
-            &format!("0.0.0.0:{port}"),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_port(port);
-    let _ = child.kill();
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("WARN") && err.contains("without mTLS"),
-        "{err}"
+    let agent = Agent::spawn(
+        AgentSpec::new(None, &["--insecure-plaintext"])
+            .listening_on(vec!["0.0.0.0:0".parse().unwrap()]),
     );
+    let warning = agent
+        .log()
+        .wait_line("without mTLS", Duration::from_secs(10));
+    assert!(warning.contains("WARN"), "{warning}");
 }

@@ -72,7 +72,6 @@ use std::{
     },
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::OnceLock,
     thread,
     time::{Duration, Instant},
 };
@@ -83,8 +82,6 @@ use sandbox_readiness::proto::cri::{runtime_service_client::RuntimeServiceClient
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long containerd gets to exit after SIGTERM before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(5);
-/// How long `apt-get install` may take when the packages are missing.
-const INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
 /// How long one `ctr` call may take during teardown.
 const CTR_TIMEOUT: Duration = Duration::from_secs(10);
 /// Where containerd 1.6 puts shim sockets, whatever its config says
@@ -502,38 +499,11 @@ fn ensure_root() {
     );
 }
 
-/// Finds containerd, installing Debian's `containerd` and `runsc` once per
-/// test binary when absent.
+/// Finds containerd (scripts/install-test-deps.sh installs Debian's).
 fn ensure_installed() -> PathBuf {
-    static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let found = BINARY.get_or_init(|| {
-        if let Some(p) = which("containerd") {
-            return Ok(p);
-        }
-        let mut child = Command::new("apt-get")
-            .args([
-                "install",
-                "-y",
-                "--no-install-recommends",
-                "containerd",
-                "runsc",
-            ])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("containerd is missing and apt-get cannot run: {e}"))?;
-        let status = wait_timeout(&mut child, INSTALL_TIMEOUT).ok_or_else(|| {
-            format!("apt-get install containerd runsc took over {INSTALL_TIMEOUT:?}")
-        })?;
-        if !status.success() {
-            return Err(format!("apt-get install containerd runsc failed: {status}"));
-        }
-        which("containerd").ok_or_else(|| "containerd still missing after apt-get".to_string())
-    });
-    match found {
-        Ok(p) => p.clone(),
-        Err(e) => panic!("{e}"),
-    }
+    which("containerd").unwrap_or_else(|| {
+        panic!("containerd is not installed (scripts/install-test-deps.sh installs it)")
+    })
 }
 
 fn which(name: &str) -> Option<PathBuf> {
