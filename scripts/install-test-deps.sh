@@ -39,6 +39,12 @@ if ! command -v grpcurl >/dev/null 2>&1; then
 fi
 command -v grpcurl >/dev/null || { echo "grpcurl did not install" >&2; exit 1; }
 
+# Unused-dependency lint of the test command (crates.io, built once and kept
+# in ~/.cargo/bin).
+if ! command -v cargo-machete >/dev/null 2>&1; then
+  cargo install -q --locked cargo-machete
+fi
+
 # The real parts the integration tests start (they fail, not skip, without them).
 for bin in containerd ctr /usr/bin/runsc unshare nsenter; do
   command -v "$bin" >/dev/null 2>&1 || { echo "install-test-deps: $bin is missing after the install" >&2; exit 1; }

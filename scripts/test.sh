@@ -114,6 +114,14 @@ echo "== fmt"
 cargo fmt --all -- --check
 echo "== clippy"
 cargo clippy --all-targets --locked -- -D warnings
+# The shipped build: the static musl target, without the tests.
+cargo clippy --locked --target x86_64-unknown-linux-musl --lib --bins -- -D warnings
+echo "== docs"
+RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps --lib --quiet
+echo "== unused dependencies"
+cargo machete
+echo "== module graph (fails on an import cycle in src/)"
+python3 scripts/modgraph.py src
 
 mapfile -t args < <(test_args "${unit_tests[@]}")
 run_tier unit --lib --bins "${args[@]}"

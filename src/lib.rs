@@ -3,7 +3,7 @@
 //! or print the result.
 //!
 //! Data flows one way: [`observe`] (raw facts, through [`hostio`]) →
-//! [`report`] (one [`report::derive`] step computes every derived field) →
+//! [`report`] (one [`report::derive()`] step computes every derived field) →
 //! [`evaluate`] → [`agent`] (serve) / [`probe`] and [`output`] (print) /
 //! [`fleet`] (ask many agents). [`sysctl_name`] is the pure naming rule both
 //! observation and evaluation use; [`text`] cleans what reaches a terminal.

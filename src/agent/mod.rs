@@ -141,6 +141,11 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
             addr: *addr,
             source,
         })?;
+        // The bound address (port 0 asks the kernel for one): tests and
+        // operators read it here.
+        if let Ok(bound) = l.local_addr() {
+            info!(addr = %bound, "listening");
+        }
         listeners.push(l);
     }
     let mut cfg = conf.observe.clone();

@@ -1,7 +1,7 @@
 //! The observation cache: the handle requests use, and what the owner task
 //! observes through.
 //!
-//! One task owns observing ([`owner`](super::owner)): it polls the sysctls
+//! One task owns observing (the owner module): it polls the sysctls
 //! cheaply, runs a full observation on a timer, on a noticed change and on
 //! demand, and publishes each result through a `watch` channel. Requests never
 //! observe themselves: they read the latest report, ask the owner for a fresh

@@ -2,7 +2,7 @@
 //! one-line summary, the JSON document, and the progress of `--wait`.
 //!
 //! Every string that came from an agent goes through
-//! [`clean_line`](crate::text::clean_line) before it reaches a terminal: an
+//! [`crate::text::clean_line`] before it reaches a terminal: an
 //! agent is a remote party, and escape sequences in its messages must not
 //! repaint the operator's screen.
 

@@ -1,6 +1,6 @@
 //! The one way the agent touches host files and child processes.
 //!
-//! - [`file`]: capped, non-blocking, regular-file-only reads. A host path may
+//! - [`mod@file`]: capped, non-blocking, regular-file-only reads. A host path may
 //!   hold anything (a FIFO that would block an open forever, `/dev/zero`, a
 //!   directory), so every read of a host file goes through here.
 //! - [`child`]: a child process under a deadline, in its own process group,

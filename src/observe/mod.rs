@@ -5,7 +5,7 @@
 //! say "unknown" or "failed" instead of the whole request failing.
 //!
 //! Observation returns raw facts only ([`Observation`]); every derived field
-//! is computed once, by [`crate::report::derive`]. Host files and child
+//! is computed once, by [`crate::report::derive()`]. Host files and child
 //! processes are touched only through [`crate::hostio`].
 
 pub mod cri;
@@ -59,7 +59,7 @@ pub struct Scope {
 
 /// Raw facts from one observation: the report with its derived fields
 /// still empty, and what derive needs besides. [`Observation::into_report`]
-/// (or [`crate::report::derive`]) completes it.
+/// (or [`crate::report::derive()`]) completes it.
 #[derive(Debug, Clone, Default)]
 pub struct Observation {
     pub report: Report,

@@ -9,7 +9,7 @@ use crate::proto::v1::Report;
 
 use super::{gvisor::gvisor_readiness, preconditions::preconditions};
 
-/// What was observed but is not itself a report field; [`derive`] turns it
+/// What was observed but is not itself a report field; [`derive()`] turns it
 /// into report fields.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Facts {

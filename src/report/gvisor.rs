@@ -1,6 +1,6 @@
 //! The gVisor readiness summary: one verdict over the observed tiers, with
 //! the sentences that led to it. Pure; reads only the report. Called by
-//! [`super::derive`] only.
+//! [`super::derive()`] only.
 //!
 //! - NOT_INSTALLED: no runsc binary, and no handler of type
 //!   `io.containerd.runsc.v1` configured anywhere (drop-ins or the live CRI).

@@ -1,5 +1,5 @@
 //! The observed state: fingerprint, generation and change descriptions over
-//! the generated `Report` type, and ([`derive`]) the one step that computes
+//! the generated `Report` type, and ([`derive()`]) the one step that computes
 //! every derived field from the observer's raw facts.
 //!
 //! The fingerprint hashes everything observed except what changes on every

@@ -5,7 +5,7 @@
 //!
 //! The live CRI tier is in [`super::cri`]. Only raw facts are returned: the
 //! preconditions and the verdict over all tiers are computed once, by
-//! [`crate::report::derive`].
+//! [`crate::report::derive()`].
 //!
 //! Every external process runs through [`crate::hostio::run`]: its own
 //! process group, a cleared environment and a deadline; on timeout the whole
@@ -61,7 +61,7 @@ pub fn default_shim_path(host: &HostPaths) -> PathBuf {
 #[derive(Debug, Clone, Default)]
 pub struct Observed {
     /// Every tier's data; `preconditions`, `readiness` and `reasons` are
-    /// left for [`crate::report::derive`].
+    /// left for [`crate::report::derive()`].
     pub gvisor: Gvisor,
     /// Whether the host has a kvm device (`None`: could not be checked).
     pub kvm_present: Option<bool>,
