@@ -33,7 +33,7 @@ fn duration(d: Option<&pbjson_types::Duration>) -> String {
 }
 
 fn sysctl_mark(s: &Sysctl) -> Option<bool> {
-    let state = SysctlState::try_from(s.state).unwrap_or(SysctlState::Unspecified);
+    let state = s.state();
     match state {
         SysctlState::Unreadable => Some(false),
         SysctlState::Present if s.name.starts_with("user.max_") => Some(s.value.trim() != "0"),
@@ -52,7 +52,7 @@ fn sysctl_line(out: &mut String, s: &Sysctl) {
 }
 
 fn probe_line(out: &mut String, name: &str, p: Option<&Probe>) {
-    let outcome = p.map(|p| ProbeOutcome::try_from(p.outcome).unwrap_or(ProbeOutcome::Unspecified));
+    let outcome = p.map(|p| p.outcome());
     let m = match outcome {
         Some(ProbeOutcome::Passed) => Some(true),
         Some(ProbeOutcome::Failed | ProbeOutcome::Error) => Some(false),

@@ -198,7 +198,7 @@ fn finding(
 }
 
 fn probe_outcome(p: Option<&Probe>) -> ProbeOutcome {
-    p.map(|p| ProbeOutcome::try_from(p.outcome).unwrap_or(ProbeOutcome::Unspecified))
+    p.map(|p| p.outcome())
         .unwrap_or(ProbeOutcome::Unspecified)
 }
 
@@ -283,7 +283,7 @@ fn sysctl_finding(report: &Report, exp: &SysctlExpectation) -> Option<Finding> {
             format!("{} was not observed", exp.name),
         ));
     };
-    match SysctlState::try_from(s.state).unwrap_or(SysctlState::Unspecified) {
+    match s.state() {
         SysctlState::Present if values_equal(&exp.value, &s.value) => None,
         SysctlState::Present => Some(finding(
             FindingCode::SysctlMismatch,
@@ -400,7 +400,7 @@ fn handler_finding(gvisor: Option<&Gvisor>, name: &str) -> Option<Finding> {
 
 fn gvisor_finding(gvisor: Option<&Gvisor>) -> Option<Finding> {
     let readiness = gvisor
-        .map(|g| GvisorReadiness::try_from(g.readiness).unwrap_or(GvisorReadiness::Unspecified))
+        .map(|g| g.readiness())
         .unwrap_or(GvisorReadiness::Unspecified);
     if readiness == GvisorReadiness::Ready {
         return None;

@@ -143,11 +143,11 @@ pub fn gvisor_readiness(g: &Gvisor) -> (GvisorReadiness, Vec<String>) {
 
     // Tier 5: the sandbox smoke probe (optional).
     if let Some(p) = &g.sandbox {
-        match ProbeOutcome::try_from(p.outcome) {
-            Ok(ProbeOutcome::Failed) => {
+        match p.outcome() {
+            ProbeOutcome::Failed => {
                 failed.push(format!("the sandbox smoke probe failed: {}", p.message))
             }
-            Ok(ProbeOutcome::Error) => failed.push(format!(
+            ProbeOutcome::Error => failed.push(format!(
                 "the sandbox smoke probe could not run: {}",
                 p.message
             )),
@@ -233,12 +233,8 @@ fn ready_reason(g: &Gvisor, runsc: Option<&Binary>, live: &BTreeSet<&str>) -> St
         }
     });
     let handlers = live.iter().copied().collect::<Vec<_>>().join(", ");
-    let probe = match g
-        .sandbox
-        .as_ref()
-        .map(|p| ProbeOutcome::try_from(p.outcome))
-    {
-        Some(Ok(ProbeOutcome::Passed)) => "and a sandbox smoke probe passed",
+    let probe = match g.sandbox.as_ref().map(|p| p.outcome()) {
+        Some(ProbeOutcome::Passed) => "and a sandbox smoke probe passed",
         _ => "(the sandbox smoke probe was not run)",
     };
     format!(

@@ -74,7 +74,7 @@ impl Generations {
 
 /// The value of a sysctl as a short display string.
 pub fn sysctl_display(s: &Sysctl) -> String {
-    match SysctlState::try_from(s.state).unwrap_or(SysctlState::Unspecified) {
+    match s.state() {
         SysctlState::Present => s.value.clone(),
         SysctlState::Absent => "absent".into(),
         SysctlState::Unreadable => "unreadable".into(),
@@ -98,7 +98,7 @@ pub fn find_sysctl<'a>(report: &'a Report, name: &str) -> Option<&'a Sysctl> {
 
 /// A probe outcome as a word.
 pub fn outcome_word(p: Option<&Probe>) -> &'static str {
-    match p.map(|p| ProbeOutcome::try_from(p.outcome).unwrap_or(ProbeOutcome::Unspecified)) {
+    match p.map(|p| p.outcome()) {
         Some(ProbeOutcome::Passed) => "passed",
         Some(ProbeOutcome::Failed) => "failed",
         Some(ProbeOutcome::Skipped) => "skipped",
@@ -109,7 +109,7 @@ pub fn outcome_word(p: Option<&Probe>) -> &'static str {
 
 /// The gVisor summary as a word.
 pub fn readiness_word(g: Option<&Gvisor>) -> &'static str {
-    match g.map(|g| GvisorReadiness::try_from(g.readiness).unwrap_or(GvisorReadiness::Unspecified))
+    match g.map(|g| g.readiness())
     {
         Some(GvisorReadiness::Ready) => "READY",
         Some(GvisorReadiness::NotReady) => "NOT_READY",

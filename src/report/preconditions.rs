@@ -78,16 +78,16 @@ fn sysctl_int(s: Option<&Sysctl>, name: &str) -> Result<i64, String> {
     let Some(s) = s else {
         return Err(format!("{name} was not observed"));
     };
-    match SysctlState::try_from(s.state) {
-        Ok(SysctlState::Present) => s.value.trim().parse::<i64>().map_err(|_| {
+    match s.state() {
+        SysctlState::Present => s.value.trim().parse::<i64>().map_err(|_| {
             format!(
                 "{name} has the value {:?}, which is not a number",
                 report_line(&s.value)
             )
         }),
-        Ok(SysctlState::Absent) => Err(format!("{name} does not exist on this kernel")),
-        Ok(SysctlState::Unreadable) => Err(format!("{name} could not be read: {}", s.error)),
-        _ => Err(format!("{name} has no observed state")),
+        SysctlState::Absent => Err(format!("{name} does not exist on this kernel")),
+        SysctlState::Unreadable => Err(format!("{name} could not be read: {}", s.error)),
+        SysctlState::Unspecified => Err(format!("{name} has no observed state")),
     }
 }
 
