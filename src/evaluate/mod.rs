@@ -198,8 +198,7 @@ fn finding(
 }
 
 fn probe_outcome(p: Option<&Probe>) -> ProbeOutcome {
-    p.map(|p| p.outcome())
-        .unwrap_or(ProbeOutcome::Unspecified)
+    p.map(|p| p.outcome()).unwrap_or(ProbeOutcome::Unspecified)
 }
 
 /// Judges a report against a desired state: one part of the desired state

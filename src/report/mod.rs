@@ -109,8 +109,7 @@ pub fn outcome_word(p: Option<&Probe>) -> &'static str {
 
 /// The gVisor summary as a word.
 pub fn readiness_word(g: Option<&Gvisor>) -> &'static str {
-    match g.map(|g| g.readiness())
-    {
+    match g.map(|g| g.readiness()) {
         Some(GvisorReadiness::Ready) => "READY",
         Some(GvisorReadiness::NotReady) => "NOT_READY",
         Some(GvisorReadiness::NotInstalled) => "NOT_INSTALLED",
