@@ -35,25 +35,19 @@ die() {
 	exit 1
 }
 
-install_missing_tools() {
-	local -a pkgs=()
-	command -v clang >/dev/null || pkgs+=(clang)
-	command -v umoci >/dev/null || pkgs+=(umoci)
-	command -v skopeo >/dev/null || pkgs+=(skopeo)
-	command -v jq >/dev/null || pkgs+=(jq)
-	command -v flock >/dev/null || pkgs+=(util-linux)
-	# The tests run the aarch64 binary under qemu and read ELF headers.
-	command -v qemu-aarch64-static >/dev/null || pkgs+=(qemu-user-static)
-	command -v readelf >/dev/null || pkgs+=(binutils)
-	if ((${#pkgs[@]})); then
-		echo "build-extension: installing ${pkgs[*]}" >&2
-		apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
-	fi
+need_tools() {
+	# Installing is scripts/install-test-deps.sh's job (the one place that
+	# installs anything); here a missing tool is named, not fetched.
+	local missing=() t
+	for t in clang umoci skopeo jq flock qemu-aarch64-static readelf; do
+		command -v "$t" >/dev/null || missing+=("$t")
+	done
+	((${#missing[@]} == 0)) || die "missing ${missing[*]}: run scripts/install-test-deps.sh first"
 	local installed
 	installed=$(rustup target list --installed 2>/dev/null) || die "rustup is needed to add the musl targets"
 	for arch in "${arches[@]}"; do
-		grep -qx "${targets[$arch]}" <<<"$installed" || rustup target add "${targets[$arch]}"
+		grep -qx "${targets[$arch]}" <<<"$installed" ||
+			die "Rust target ${targets[$arch]} is missing: run scripts/install-test-deps.sh first"
 	done
 	# .cargo/config.toml links aarch64 with rust-lld, which rustup toolchains ship.
 	compgen -G "$(rustc --print sysroot)/lib/rustlib/*/bin/rust-lld" >/dev/null ||
@@ -155,7 +149,7 @@ write_index() {
 }
 
 main() {
-	install_missing_tools
+	need_tools
 	mkdir -p "$out"
 	# Concurrent builds (two `cargo test` runs) would tear each other's trees.
 	exec 9>"$out/.build.lock"

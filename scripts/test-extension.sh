@@ -7,6 +7,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export EXTENSION_TARGET_DIR=${EXTENSION_TARGET_DIR:-$root/target/extension}
 export SR_EXTENSION_OUT=${SR_EXTENSION_OUT:-$root/out}
+"$root/scripts/install-test-deps.sh"
 OUT=$SR_EXTENSION_OUT "$root/scripts/build-extension.sh"
 cd "$root"
 exec cargo test --locked --test extension -- "$@"
