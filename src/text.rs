@@ -41,9 +41,40 @@ pub fn clean_text(s: &str) -> String {
 fn clean_char(c: char) -> char {
     match c {
         '\n' | '\r' | '\t' => ' ',
-        c if c.is_control() => '?',
+        c if c.is_control() || is_format_or_separator(c) => '?',
         c => c,
     }
+}
+
+/// Unicode format characters (category Cf: bidi overrides and isolates that
+/// reorder what a terminal shows, zero-width characters that hide text) and
+/// the line and paragraph separators (Zl, Zp) that break a line where no
+/// `\n` is. std has no category lookup, so the ranges are listed (Unicode 16).
+fn is_format_or_separator(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{0600}'..='\u{0605}'
+            | '\u{061C}'
+            | '\u{06DD}'
+            | '\u{070F}'
+            | '\u{0890}'..='\u{0891}'
+            | '\u{08E2}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{2028}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206F}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+            | '\u{110BD}'
+            | '\u{110CD}'
+            | '\u{13430}'..='\u{1343F}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0001}'
+            | '\u{E0020}'..='\u{E007F}'
+    )
 }
 
 /// Every message in an error's source chain, each once, joined by ": ".
@@ -110,6 +141,16 @@ mod tests {
         assert_eq!(error_chain(&e), "cannot read x: gone");
         let e = std::io::Error::other(Outer(std::io::Error::other("x\ny")));
         assert_eq!(error_line(&e), "cannot read x: x y");
+    }
+
+    #[test]
+    fn bidi_overrides_zero_widths_and_unicode_line_breaks_are_replaced() {
+        // "evil" shown reversed by U+202E, a zero-width space, U+2028/U+2029,
+        // a BOM and a tag character: each would change what the operator sees.
+        let s = "ok \u{202E}live\u{202C} a\u{200B}b c\u{2028}d\u{2029}e \u{FEFF}\u{E0041}";
+        assert_eq!(clean_line(s), "ok ?live? a?b c?d?e ??");
+        // Letters, accents and wide characters stay.
+        assert_eq!(clean_line("nœud ノード"), "nœud ノード");
     }
 
     #[test]

@@ -395,3 +395,48 @@ fn show_reports_prints_each_full_report() {
     assert!(run.stdout.contains("Verdict: CONVERGED"), "{}", run.stdout);
     assert!(run.stdout.ends_with("1/1 converged\n"));
 }
+
+/// `localhost` counts as loopback for plaintext only when it resolves to
+/// loopback: with a hosts file that maps it to a documentation address (in a
+/// private mount namespace, so the host's /etc/hosts is untouched, and a
+/// private network namespace, so even a regression sends nothing out),
+/// `check` refuses before dialling; with the real one it asks the agent.
+#[test]
+fn localhost_is_loopback_only_when_it_resolves_to_loopback() {
+    let agent = Agent::start(None, &[]);
+    let port = agent.addr.port();
+    let ok = check(
+        &args(&["-n", &format!("localhost:{port}"), "-o", "json"]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(ok.code(), 0, "{}{}", ok.stdout, ok.stderr);
+
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = dir.path().join("hosts");
+    std::fs::write(&hosts, "192.0.2.7 localhost\n").unwrap();
+    let script = format!(
+        "mount --bind {} /etc/hosts && exec \"$0\" check -n localhost:{port}",
+        hosts.display()
+    );
+    let out = common::run({
+        let mut c = std::process::Command::new("unshare");
+        c.args([
+            "-m",
+            "-n",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            &script,
+            common::BIN,
+        ]);
+        c
+    });
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("localhost resolves to 192.0.2.7:"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -127,7 +127,13 @@ impl Client {
         }
         let connect_by = Instant::now() + self.opts.connect_timeout;
         let limit = connect_by.min(deadline);
-        let dialer = dial::connector(addr.clone(), self.opts.connect_timeout);
+        let reach = match self.opts.transport {
+            Transport::Plaintext {
+                allow_remote: false,
+            } => dial::Reach::LoopbackOnly,
+            _ => dial::Reach::Anywhere,
+        };
+        let dialer = dial::connector(addr.clone(), self.opts.connect_timeout, reach);
         match timeout_at(limit, ep.connect_with_connector(dialer)).await {
             Ok(Ok(ch)) => Ok(ch),
             Ok(Err(e)) => Err(self.hint(self.classify(&e, self.opts.connect_timeout))),
@@ -248,6 +254,7 @@ impl Client {
                     DialError::Resolve(_) | DialError::NoAddress => {
                         AskError::Resolve(error_chain(d))
                     }
+                    DialError::NotLoopback { .. } => AskError::NotLoopback(error_chain(d)),
                     DialError::Connect(io) => self
                         .io_class(io, timeout)
                         .unwrap_or_else(|| AskError::Connect(error_chain(d))),

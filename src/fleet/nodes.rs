@@ -50,7 +50,9 @@ pub struct Address {
 
 impl Address {
     /// True for loopback IPs (IPv4-mapped ones included) and `localhost`,
-    /// the only places plaintext goes without `--insecure-plaintext`.
+    /// the only places plaintext goes without `--insecure-plaintext`. A name
+    /// is checked again when it is dialled: every address it resolves to
+    /// must be loopback too (`dial::Reach::LoopbackOnly`).
     pub fn is_loopback(&self) -> bool {
         match &self.host {
             Host::Ip(ip) => ip.to_canonical().is_loopback(),

@@ -21,6 +21,8 @@ pub enum AskError {
     NoAddress,
     #[error("plaintext to a non-loopback address refused: give --tls-ca, or --insecure-plaintext")]
     PlaintextRefused,
+    #[error("plaintext refused: {0}; give --tls-ca, or --insecure-plaintext")]
+    NotLoopback(String),
     #[error("connection refused")]
     Refused,
     #[error("connect timed out after {}", fmt_duration(*.0))]
@@ -56,7 +58,7 @@ impl AskError {
     pub fn kind(&self) -> &'static str {
         match self {
             AskError::NoAddress => "no_address",
-            AskError::PlaintextRefused => "plaintext_refused",
+            AskError::PlaintextRefused | AskError::NotLoopback(_) => "plaintext_refused",
             AskError::Refused => "refused",
             AskError::ConnectTimeout(_) => "connect_timeout",
             AskError::NoAnswer(_) => "deadline",
@@ -77,7 +79,10 @@ impl AskError {
     /// True when retrying cannot help (the same node set would give the
     /// same error), so a watcher reports it once and stops dialling.
     pub fn is_permanent(&self) -> bool {
-        matches!(self, AskError::NoAddress | AskError::PlaintextRefused)
+        matches!(
+            self,
+            AskError::NoAddress | AskError::PlaintextRefused | AskError::NotLoopback(_)
+        )
     }
 }
 
