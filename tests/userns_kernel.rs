@@ -90,6 +90,13 @@ fn bad_usage_exits_2_with_one_line() {
         vec!["probe", "--sysctl", "novalue"],
         vec!["probe", "--cri-timeout", "soon"],
         vec!["probe", "--require-runtime-handler", "Bad/Name"],
+        vec!["probe", "--probe-timeout", "0s"],
+        // A zero period would panic or spin, an absurd one overflow the clock.
+        vec!["serve", "--poll-interval", "0"],
+        vec!["serve", "--heartbeat", "0s"],
+        vec!["serve", "--probe-interval", "0ms"],
+        vec!["serve", "--min-refresh-interval", "100000d"],
+        vec!["serve", "--request-timeout", "0s"],
     ] {
         let out = run({
             let mut c = std::process::Command::new(common::BIN);

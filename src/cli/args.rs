@@ -17,12 +17,22 @@ use sandbox_readiness::{
 };
 
 /// Parses durations such as `2s`, `500ms`, `1m`.
+/// At most a week: every duration becomes a timer deadline, and a deadline
+/// past what the clock can hold would panic the agent (and with
+/// `panic=abort`, crash-loop it) instead of being refused here.
+pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
+
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s)
-        .map_err(|e| format!("{s:?} is not a duration (e.g. 2s, 500ms): {e}"))
+    let d = humantime::parse_duration(s)
+        .map_err(|e| format!("{s:?} is not a duration (e.g. 2s, 500ms): {e}"))?;
+    if d > MAX_DURATION {
+        return Err(format!("{s:?} is longer than a week"));
+    }
+    Ok(d)
 }
 
-/// [`parse_duration`], refusing zero (for periods a timer ticks at).
+/// [`parse_duration`], refusing zero (for periods a timer ticks at, which
+/// would spin, and for timeouts, which would fail every call).
 pub fn parse_positive_duration(s: &str) -> Result<Duration, String> {
     match parse_duration(s)? {
         d if d.is_zero() => Err("must be more than 0".into()),
@@ -102,16 +112,16 @@ pub struct HostArgs {
     #[arg(long, env = "SANDBOX_READINESS_CRI_ENDPOINT")]
     pub cri_endpoint: Option<String>,
     /// Deadline for connecting to and asking the CRI runtime.
-    #[arg(long, default_value = "2s", value_parser = parse_duration, env = "SANDBOX_READINESS_CRI_TIMEOUT")]
+    #[arg(long, default_value = "2s", value_parser = parse_positive_duration, env = "SANDBOX_READINESS_CRI_TIMEOUT")]
     pub cri_timeout: Duration,
     /// Deadline for every short exec (runsc --version).
-    #[arg(long, default_value = "2s", value_parser = parse_duration, env = "SANDBOX_READINESS_EXEC_TIMEOUT")]
+    #[arg(long, default_value = "2s", value_parser = parse_positive_duration, env = "SANDBOX_READINESS_EXEC_TIMEOUT")]
     pub exec_timeout: Duration,
     /// Deadline for the sandbox smoke probe.
-    #[arg(long, default_value = "10s", value_parser = parse_duration, env = "SANDBOX_READINESS_SANDBOX_TIMEOUT")]
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration, env = "SANDBOX_READINESS_SANDBOX_TIMEOUT")]
     pub sandbox_timeout: Duration,
     /// Deadline for the user namespace / idmap probe helper.
-    #[arg(long, default_value = "5s", value_parser = parse_duration, env = "SANDBOX_READINESS_PROBE_TIMEOUT")]
+    #[arg(long, default_value = "5s", value_parser = parse_positive_duration, env = "SANDBOX_READINESS_PROBE_TIMEOUT")]
     pub probe_timeout: Duration,
 }
 
@@ -187,5 +197,10 @@ mod tests {
             .unwrap_err()
             .ends_with("must be more than 0"));
         assert!(parse_positive_duration("soon").is_err());
+        assert_eq!(
+            parse_duration("100000d").unwrap_err(),
+            "\"100000d\" is longer than a week"
+        );
+        assert!(parse_duration("7d").is_ok());
     }
 }

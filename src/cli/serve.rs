@@ -40,16 +40,16 @@ pub struct ServeArgs {
     #[arg(long, env = "SANDBOX_READINESS_INSECURE_PLAINTEXT")]
     pub insecure_plaintext: bool,
     /// Cheap re-read of the sysctls.
-    #[arg(long, default_value = "2s", value_parser = parse_duration, env = "SANDBOX_READINESS_POLL_INTERVAL")]
+    #[arg(long, default_value = "2s", value_parser = parse_positive_duration, env = "SANDBOX_READINESS_POLL_INTERVAL")]
     pub poll_interval: Duration,
     /// Full observation, live probes included.
-    #[arg(long, default_value = "30s", value_parser = parse_duration, env = "SANDBOX_READINESS_PROBE_INTERVAL")]
+    #[arg(long, default_value = "30s", value_parser = parse_positive_duration, env = "SANDBOX_READINESS_PROBE_INTERVAL")]
     pub probe_interval: Duration,
     /// No observation starts sooner than this after the previous one.
     #[arg(long, default_value = "1s", value_parser = parse_duration, env = "SANDBOX_READINESS_MIN_REFRESH_INTERVAL")]
     pub min_refresh_interval: Duration,
     /// Heartbeat on Watch streams when nothing changed.
-    #[arg(long, default_value = "30s", value_parser = parse_duration, env = "SANDBOX_READINESS_HEARTBEAT")]
+    #[arg(long, default_value = "30s", value_parser = parse_positive_duration, env = "SANDBOX_READINESS_HEARTBEAT")]
     pub heartbeat: Duration,
     /// Most Watch streams open at once.
     #[arg(long, default_value_t = 4096, env = "SANDBOX_READINESS_MAX_WATCHERS")]
@@ -69,7 +69,7 @@ pub struct ServeArgs {
     )]
     pub max_concurrent_requests: usize,
     /// Deadline for a unary request.
-    #[arg(long, default_value = "30s", value_parser = parse_duration, env = "SANDBOX_READINESS_REQUEST_TIMEOUT")]
+    #[arg(long, default_value = "30s", value_parser = parse_positive_duration, env = "SANDBOX_READINESS_REQUEST_TIMEOUT")]
     pub request_timeout: Duration,
     /// HTTP/2 ping interval on idle client connections (hidden: for tests).
     #[arg(long, hide = true, default_value = "30s", value_parser = parse_positive_duration, env = "SANDBOX_READINESS_KEEPALIVE_INTERVAL")]
