@@ -25,7 +25,19 @@ pub enum NameError {
     DotPart(String),
     #[error("sysctl name {name:?} has the character {ch:?}; allowed are letters, digits, '_', '-' and '.' separators")]
     BadChar { name: String, ch: char },
+    #[error("sysctl {0} is write-only or reading it has side effects; it cannot be checked")]
+    SideEffect(String),
 }
+
+/// Sysctls that are write-only triggers or change the kernel's state when
+/// read: never read, whatever their mode says.
+const SIDE_EFFECTS: &[&str] = &[
+    "vm.drop_caches",
+    "vm.compact_memory",
+    "vm.stat_refresh",
+    "net.ipv4.route.flush",
+    "net.ipv6.route.flush",
+];
 
 /// Splits a sysctl name into its path parts, validating it.
 ///
@@ -61,6 +73,10 @@ pub fn name_parts(name: &str) -> Result<Vec<&str>, NameError> {
             });
         }
     }
+    let dotted = parts.join(".");
+    if SIDE_EFFECTS.contains(&dotted.as_str()) {
+        return Err(NameError::SideEffect(dotted));
+    }
     Ok(parts)
 }
 
@@ -72,6 +88,17 @@ pub fn validate_name(name: &str) -> Result<(), NameError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refuses_side_effecting_names_in_either_form() {
+        for n in ["vm.drop_caches", "vm/stat_refresh", "net.ipv6.route.flush"] {
+            assert!(
+                matches!(name_parts(n), Err(NameError::SideEffect(_))),
+                "{n}"
+            );
+        }
+        assert!(name_parts("vm.swappiness").is_ok());
+    }
 
     #[test]
     fn accepts_real_names() {

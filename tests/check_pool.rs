@@ -440,3 +440,60 @@ fn localhost_is_loopback_only_when_it_resolves_to_loopback() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A sysctl only root may read (`tcp_fastopen_key` is 0600 and holds the TCP
+/// Fast Open key) is withheld: a client that names it learns it cannot be
+/// confirmed, and its value appears nowhere in what the agent sends; names of
+/// side-effecting sysctls are refused before anything is read.
+#[test]
+fn root_only_sysctls_are_withheld_and_side_effecting_names_refused() {
+    let key_path = "/proc/sys/net/ipv4/tcp_fastopen_key";
+    let key = std::fs::read_to_string(key_path).unwrap();
+    let key = key.trim();
+    assert!(!key.is_empty());
+    let agent = Agent::start(None, &[]);
+    let run = check(
+        &args(&[
+            "-n",
+            &agent.addr.to_string(),
+            "--sysctl",
+            "net.ipv4.tcp_fastopen_key=x",
+            "-o",
+            "json",
+            "--show-reports",
+        ]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(run.code(), 1, "{}{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("SYSCTL_WITHHELD"), "{}", run.stdout);
+    // Neither the whole key nor any of its dash-separated parts (an unset key
+    // is all zeros: then only the whole, which nothing else looks like).
+    let parts = key
+        .split(['-', ','])
+        .filter(|p| p.chars().any(|c| c != '0'));
+    for part in std::iter::once(key).chain(parts) {
+        assert!(
+            !run.stdout.contains(part) && !run.stderr.contains(part),
+            "the key (or part {part}) leaked"
+        );
+    }
+    assert!(!agent.log().text().contains(key));
+
+    let refused = check(
+        &args(&[
+            "-n",
+            &agent.addr.to_string(),
+            "--sysctl",
+            "vm.drop_caches=3",
+        ]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(refused.code(), 2, "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("write-only or reading it has side effects"),
+        "{}",
+        refused.stderr
+    );
+}

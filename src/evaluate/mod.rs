@@ -134,11 +134,14 @@ pub enum FindingCode {
     GvisorNotReady,
     SandboxProbeFailed,
     SandboxProbeNotRun,
+    /// A desired sysctl whose file others may not read: not served, so it
+    /// cannot be confirmed.
+    SysctlWithheld,
 }
 
 impl FindingCode {
     /// Every code, in the order the proto lists them.
-    pub const ALL: [FindingCode; 13] = [
+    pub const ALL: [FindingCode; 14] = [
         Self::SysctlMismatch,
         Self::SysctlMissing,
         Self::SysctlUnreadable,
@@ -152,6 +155,7 @@ impl FindingCode {
         Self::GvisorNotReady,
         Self::SandboxProbeFailed,
         Self::SandboxProbeNotRun,
+        Self::SysctlWithheld,
     ];
 
     /// The stable string sent in `Finding::code`.
@@ -170,6 +174,7 @@ impl FindingCode {
             Self::GvisorNotReady => "GVISOR_NOT_READY",
             Self::SandboxProbeFailed => "SANDBOX_PROBE_FAILED",
             Self::SandboxProbeNotRun => "SANDBOX_PROBE_NOT_RUN",
+            Self::SysctlWithheld => "SYSCTL_WITHHELD",
         }
     }
 }
@@ -302,6 +307,16 @@ fn sysctl_finding(report: &Report, exp: &SysctlExpectation) -> Option<Finding> {
             &exp.value,
             "absent",
             format!("{} does not exist on this kernel", exp.name),
+        )),
+        SysctlState::Withheld => Some(finding(
+            FindingCode::SysctlWithheld,
+            &exp.name,
+            &exp.value,
+            "withheld",
+            format!(
+                "{} cannot be confirmed: {} (the agent serves only sysctls any user may read)",
+                exp.name, s.error
+            ),
         )),
         SysctlState::Unreadable | SysctlState::Unspecified => Some(finding(
             FindingCode::SysctlUnreadable,

@@ -1,7 +1,7 @@
 //! Sysctls read from `/proc/sys`. Names are validated by
 //! [`crate::sysctl_name`] before they become paths.
 
-use std::{fs, path::Path};
+use std::{fs, os::unix::fs::PermissionsExt, path::Path};
 
 use crate::{
     hostio,
@@ -34,6 +34,25 @@ pub fn read(proc_sys: &Path, name: &str) -> Sysctl {
     let path = parts
         .iter()
         .fold(proc_sys.to_path_buf(), |p, part| p.join(part));
+    // The mode is checked before anything is read: a sysctl only root may
+    // read can hold a secret (tcp_fastopen_key, stable_secret), and reading
+    // some has side effects (vm.stat_refresh). Root could read them; the
+    // agent serves its report to clients that are not root, so it does not.
+    match fs::metadata(&path) {
+        Ok(m) if m.permissions().mode() & 0o004 == 0 => {
+            out.state = SysctlState::Withheld as i32;
+            out.error = format!(
+                "not readable by others (mode {:04o}), so its value is not served",
+                m.permissions().mode() & 0o7777
+            );
+            return out;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            out.state = SysctlState::Absent as i32;
+            return out;
+        }
+        _ => {}
+    }
     match hostio::read_value(&path, MAX_VALUE_BYTES) {
         Ok(value) => {
             out.state = SysctlState::Present as i32;
@@ -118,6 +137,8 @@ mod tests {
         fs::create_dir_all(dir.path().join("user/max_user_namespaces")).unwrap();
         let fifo = dir.path().join("user/max_net_namespaces");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        // Readable by others, so the read itself is what must not block.
+        fs::set_permissions(&fifo, fs::Permissions::from_mode(0o644)).unwrap();
 
         let s = read(dir.path(), "user.max_user_namespaces");
         assert_eq!(s.state, SysctlState::Unreadable as i32);
@@ -137,6 +158,25 @@ mod tests {
             s.error.contains("a FIFO, not a regular file"),
             "{}",
             s.error
+        );
+    }
+
+    #[test]
+    fn a_sysctl_others_may_not_read_is_withheld_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir_all(dir.path().join("net/ipv4")).unwrap();
+        let key = dir.path().join("net/ipv4/tcp_fastopen_key");
+        fs::write(&key, "secret-key\n").unwrap();
+        fs::set_permissions(&key, fs::Permissions::from_mode(0o600)).unwrap();
+        let s = read(dir.path(), "net.ipv4.tcp_fastopen_key");
+        assert_eq!(s.state(), SysctlState::Withheld);
+        assert!(s.value.is_empty());
+        assert!(s.error.contains("mode 0600"), "{}", s.error);
+        assert!(!s.error.contains("secret"));
+        fs::set_permissions(&key, fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(
+            read(dir.path(), "net.ipv4.tcp_fastopen_key").value,
+            "secret-key"
         );
     }
 

@@ -78,6 +78,7 @@ pub fn sysctl_display(s: &Sysctl) -> String {
         SysctlState::Present => s.value.clone(),
         SysctlState::Absent => "absent".into(),
         SysctlState::Unreadable => "unreadable".into(),
+        SysctlState::Withheld => "withheld".into(),
         SysctlState::Unspecified => "?".into(),
     }
 }

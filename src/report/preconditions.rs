@@ -86,7 +86,9 @@ fn sysctl_int(s: Option<&Sysctl>, name: &str) -> Result<i64, String> {
             )
         }),
         SysctlState::Absent => Err(format!("{name} does not exist on this kernel")),
-        SysctlState::Unreadable => Err(format!("{name} could not be read: {}", s.error)),
+        SysctlState::Unreadable | SysctlState::Withheld => {
+            Err(format!("{name} could not be read: {}", s.error))
+        }
         SysctlState::Unspecified => Err(format!("{name} has no observed state")),
     }
 }
