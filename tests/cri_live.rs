@@ -131,7 +131,10 @@ async fn containerd_2_1_reports_runtime_handlers_with_features() {
     );
     assert_eq!(cri.handlers_source, SOURCE_RUNTIME_HANDLERS, "{cri:#?}");
     let names: Vec<&str> = cri.handlers.iter().map(|h| h.name.as_str()).collect();
-    assert!(names.contains(&"runc") && names.contains(&"runsc"), "{names:?}");
+    assert!(
+        names.contains(&"runc") && names.contains(&"runsc"),
+        "{names:?}"
+    );
     let runc = handler(&cri, "runc").unwrap();
     assert_eq!(runc.runtime_type, "io.containerd.runc.v2");
     assert_eq!(runc.user_namespaces, Some(false), "{cri:#?}");

@@ -220,7 +220,10 @@ fn boot(suite: &'static str, mode: &str, params: &str) -> Boot {
         ]);
     let done = testenv::run_limited(&mut cmd, BOOT_LIMIT)
         .unwrap_or_else(|e| panic!("{suite} ({release}) did not power off: {e}"));
-    eprintln!("{suite} ({release}) {mode} {params}: booted and powered off in {:?}", done.took);
+    eprintln!(
+        "{suite} ({release}) {mode} {params}: booted and powered off in {:?}",
+        done.took
+    );
     let b = parse_console(suite, done.stdout.clone());
     assert!(
         done.ok(),
@@ -230,7 +233,7 @@ fn boot(suite: &'static str, mode: &str, params: &str) -> Boot {
     );
     assert_eq!(
         b.value("KERNEL"),
-        [release.clone()],
+        std::slice::from_ref(&release),
         "{suite}: not the kernel asked for, or /init never ran:\n{}",
         b.console
     );
@@ -246,12 +249,11 @@ fn boot(suite: &'static str, mode: &str, params: &str) -> Boot {
 fn probe_boot(suite: &'static str) -> &'static Boot {
     static BOOTS: OnceLock<Mutex<BTreeMap<&'static str, &'static OnceLock<Boot>>>> =
         OnceLock::new();
-    let cell: &'static OnceLock<Boot> = *BOOTS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap()
-        .entry(suite)
-        .or_insert_with(|| Box::leak(Box::new(OnceLock::new())));
+    let cell: &'static OnceLock<Boot> = {
+        let mut map = BOOTS.get_or_init(Default::default).lock().unwrap();
+        map.entry(suite)
+            .or_insert_with(|| Box::leak(Box::new(OnceLock::new())))
+    };
     cell.get_or_init(|| boot(suite, "probe", ""))
 }
 
