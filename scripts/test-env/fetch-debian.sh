@@ -83,8 +83,14 @@ apt_opts=(
 
 update_lists() {
 	echo "fetch-debian: refreshing the private package lists (bookworm, trixie, sid)"
-	apt-get "${apt_opts[@]}" -qq update || die "apt-get update failed"
-	touch "$apt_dir/updated"
+	if apt-get "${apt_opts[@]}" -qq update; then
+		touch "$apt_dir/updated"
+	elif compgen -G "$apt_dir/lists/*_Packages*" >/dev/null; then
+		# Offline: the old lists still name what the cache holds.
+		echo "fetch-debian: apt-get update failed; going on with the lists from $(date -r "$apt_dir/lists" +%F)" >&2
+	else
+		die "apt-get update failed and there are no package lists yet"
+	fi
 }
 
 if [ -z "$(find "$apt_dir/updated" -mtime "-$max_age_days" 2>/dev/null)" ]; then
