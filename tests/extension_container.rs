@@ -118,16 +118,18 @@ const WITHHELD: [&str; 2] = ["SYS_BOOT", "SYS_MODULE"];
 
 // ------------------------------------------------------------- host tree
 
-/// The runsc fixture: answers `--version` like runsc/cli/cli.go; with
-/// `runsc.hang` beside it, leaves a child that exits at once (a zombie of
-/// its own, never waited for) and hangs past the agent's exec timeout, so
-/// that when the agent kills it the zombie is orphaned to the PID 1 of the
-/// container's PID namespace. It records the orphan in /run (the container's
-/// own tmpfs) so the test knows the case happened.
+/// The runsc fixture: answers `--version` like runsc/cli/cli.go. With
+/// `runsc.hang` beside it, it starts a child in a session of its own (as
+/// runsc's sandbox and gofer are: a kill of runsc's process group misses it)
+/// that outlives it by a second, and hangs past the agent's exec timeout.
+/// When the agent kills runsc, the child is orphaned to PID 1 of the
+/// container's PID namespace, and when it then exits, only a reaping PID 1
+/// keeps it from staying a zombie. The child marks its start and its end in
+/// /run (the container's own tmpfs) so the test knows when to look.
 const RUNSC_FIXTURE: &str = r#"#!/usr/local/bin/busybox sh
 if [ -e /usr/local/bin/runsc.hang ]; then
-	/usr/local/bin/busybox true &
-	echo "$!" >/run/sr-orphan
+	/usr/local/bin/busybox setsid /usr/local/bin/busybox sh -c \
+		'echo $$ >/run/sr-orphan; /usr/local/bin/busybox sleep 2; echo $$ >/run/sr-orphan-exits' &
 	exec /usr/local/bin/busybox sleep 600
 fi
 case "$1" in
@@ -817,9 +819,9 @@ fn no_zombie_after_a_probe_child_is_orphaned() {
         env: vec!["SANDBOX_READINESS_EXEC_TIMEOUT=1s".into()],
         ..NodeOptions::default()
     });
-    let orphan_marker = PathBuf::from(format!("/proc/{}/root/run/sr-orphan", node.init_pid));
+    let run_dir = PathBuf::from(format!("/proc/{}/root/run", node.init_pid));
     // The first observation already ran runsc --version; a refresh runs it
-    // again, so the kill has happened by the time check answers.
+    // again, so runsc has been killed by the time check answers.
     let run = node.check(&["--refresh"], Duration::from_secs(30));
     let n = node.report(&run);
     let runsc = n["report"]["gvisor"]["binaries"]
@@ -836,8 +838,14 @@ fn no_zombie_after_a_probe_child_is_orphaned() {
         "{runsc:#}"
     );
     assert!(
-        orphan_marker.exists(),
-        "the runsc fixture never left its child"
+        run_dir.join("sr-orphan").exists(),
+        "the runsc fixture never started its child"
+    );
+    // The orphan ends about 2 s after it started.
+    common::wait_until(
+        Duration::from_secs(15),
+        "the orphaned child of runsc to exit",
+        || run_dir.join("sr-orphan-exits").exists(),
     );
     let zombies = || -> Vec<u32> {
         node.processes()
