@@ -4,10 +4,17 @@
 #   unit         no root, nothing on the host changed: the library's and the
 #                binary's own tests, property tests of the parsers, fixture
 #                trees, TLS in-process over loopback
-#   integration  the real kernel (user namespaces), a private containerd,
-#                runsc sandboxes, real agents and `check` over sockets (root)
+#   integration  the real kernel (user namespaces), private containerds
+#                (Debian's 1.6 and sid's 2.1), runsc sandboxes, real agents
+#                and `check` over sockets (root)
 #   slow         the Talos extension image: built here first (release musl
-#                binaries for x86_64 and aarch64), then checked by the tests
+#                binaries for x86_64 and aarch64), then checked by the tests;
+#                the static binary booted under QEMU on Talos's kernel lines
+#                (Debian's 6.1, 6.12 and newest) and the extension run as
+#                machined runs it (containerd 2.1, runc, the service spec)
+# The parts from other Debian suites (kernels, containerd 2.1, runc 1.3) are
+# fetched once into a cache outside the checkout by
+# scripts/test-env/fetch-debian.sh, which scripts/install-test-deps.sh runs.
 # and, before the slow tier, a size gate on the static x86_64 binary.
 #
 # Each tier prints its counts; the last lines are one per tier and a total,
@@ -18,7 +25,8 @@
 #
 # Environment: TEST_THREADS (libtest threads, default 4), SR_EXTENSION_OUT
 # (where the image is built, default out/), EXTENSION_TARGET_DIR (its cargo
-# target dir, default target/extension).
+# target dir, default target/extension), SR_TEST_CACHE (the Debian parts'
+# cache, default /var/cache/sandbox-readiness-tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -27,7 +35,7 @@ root=$PWD
 unit_tests=(fuzz_parsers gvisor_fixtures tls)
 integration_tests=(check_pool check_scale check_tls check_wait cri_live faults gvisor_e2e
 	gvisor_runsc hostile serve_grpc serve_tls userns_kernel)
-slow_tests=(extension)
+slow_tests=(extension extension_container kernels)
 # The static x86_64 binary may not grow past this (bytes).
 size_limit=$((4 * 1024 * 1024))
 

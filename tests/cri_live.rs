@@ -1,6 +1,8 @@
-//! The live CRI tier against a real containerd (Debian's 1.6.20, started
-//! privately per test), against a containerd 2.x-shaped gRPC server, and
-//! against broken endpoints: absent, refusing, hung, not a socket.
+//! The live CRI tier against a real containerd (Debian's 1.6.20 and sid's
+//! 2.1, started privately per test; 2.1 with Talos's gVisor drop-in imported,
+//! once with bookworm's runc 1.1 and once with sid's runc 1.3), against a
+//! containerd 2.x-shaped gRPC server, and against broken endpoints: absent,
+//! refusing, hung, not a socket.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -35,7 +37,10 @@ use sandbox_readiness::{
     observe::cri::{observe, DEFAULT_TIMEOUT, SOURCE_INFO_CONFIG, SOURCE_RUNTIME_HANDLERS},
     proto::v1::CriRuntime,
 };
-use support::containerd::{leftovers, shim_socket, Containerd, Options};
+use support::{
+    containerd::{leftovers, shim_socket, Containerd, Options},
+    testenv,
+};
 use tokio::sync::oneshot;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
@@ -106,6 +111,55 @@ async fn real_containerd_reports_runsc_handler_from_info_config() {
     assert!(!net.status);
     assert_eq!(net.reason, "NetworkPluginNotReady");
     assert!(elapsed(&cri) < DEFAULT_TIMEOUT);
+}
+
+/// containerd 2.1 fills `runtime_handlers` with each handler's features,
+/// asked of the runtime itself: bookworm's runc 1.1 has no idmapped mounts,
+/// so no handler supports user namespaces; runsc, configured only through the
+/// imported drop-in and without its shim here, comes without features.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containerd_2_1_reports_runtime_handlers_with_features() {
+    let ctd = Containerd::start(Options::containerd2_with_runsc());
+    let cri = observe(&ctd.endpoint(), DEFAULT_TIMEOUT).await;
+
+    assert_eq!(cri.error, "", "{cri:#?}\n{}", ctd.log());
+    assert!(cri.reachable);
+    assert!(
+        cri.runtime_version.starts_with("2.1."),
+        "{}",
+        cri.runtime_version
+    );
+    assert_eq!(cri.handlers_source, SOURCE_RUNTIME_HANDLERS, "{cri:#?}");
+    let names: Vec<&str> = cri.handlers.iter().map(|h| h.name.as_str()).collect();
+    assert!(
+        names.contains(&"runc") && names.contains(&"runsc"),
+        "{names:?}"
+    );
+    let runc = handler(&cri, "runc").unwrap();
+    assert_eq!(runc.runtime_type, "io.containerd.runc.v2");
+    assert_eq!(runc.user_namespaces, Some(false), "{cri:#?}");
+    let default = handler(&cri, "").unwrap_or_else(|| panic!("no default handler: {names:?}"));
+    assert_eq!(default.user_namespaces, Some(false));
+    // The drop-in's runtime, found through `imports`.
+    let runsc = handler(&cri, "runsc").unwrap();
+    assert_eq!(runsc.runtime_type, "io.containerd.runsc.v1");
+    assert_eq!(runsc.user_namespaces, None, "{cri:#?}");
+    assert!(condition(&cri, "RuntimeReady").status);
+}
+
+/// With runc 1.3 (`BinaryName`), whose `features` report idmapped mounts,
+/// containerd 2.1 says runc supports user namespaces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containerd_2_1_with_runc_1_3_reports_userns_true() {
+    let ctd = Containerd::start(Options::containerd2_with_runsc().runc_binary(testenv::runc13()));
+    let cri = observe(&ctd.endpoint(), DEFAULT_TIMEOUT).await;
+
+    assert_eq!(cri.error, "", "{cri:#?}\n{}", ctd.log());
+    assert_eq!(cri.handlers_source, SOURCE_RUNTIME_HANDLERS);
+    let runc = handler(&cri, "runc").unwrap();
+    assert_eq!(runc.user_namespaces, Some(true), "{cri:#?}\n{}", ctd.log());
+    assert_eq!(handler(&cri, "").unwrap().user_namespaces, Some(true));
+    assert!(handler(&cri, "runsc").is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,19 @@
-//! A private, real containerd for tests: Debian's `containerd` (1.6.20 on
-//! this machine) started as root on its own socket, with its root, state,
-//! CNI and runc directories inside one temporary directory, and a generated
-//! `config.toml` (config `version = 2`, the containerd 1.x format).
+//! A private, real containerd for tests, in one of two versions:
+//! - [`Version::V1`]: Debian's installed `containerd` (bookworm's 1.6.20),
+//!   config `version = 2` (the containerd 1.x format), runsc registered
+//!   inline under `io.containerd.grpc.v1.cri`;
+//! - [`Version::V2`]: sid's containerd 2.1 from the test cache
+//!   (scripts/test-env/fetch-debian.sh), config `version = 3` laid out the
+//!   way Talos ≥ 1.8 has it: the socket at `<dir>/run/containerd/containerd.sock`
+//!   and the gVisor drop-in at `<dir>/etc/cri/conf.d/10-gvisor.part`, pulled
+//!   in by `imports` (Talos imports the merged `cri.toml` of that directory),
+//!   so the instance directory doubles as a node's host tree. Its runc is
+//!   the installed 1.1 unless [`Options::runc_binary`] names another
+//!   (`BinaryName`, e.g. sid's runc 1.3, whose idmap support makes containerd
+//!   report `userns true`).
+//!
+//! Both are started as root on their own socket, with root, state, CNI and
+//! runc directories inside one temporary directory.
 //!
 //! ```ignore
 //! mod support;
@@ -93,14 +105,28 @@ const MAX_SOCKET_PATH: usize = 107;
 /// The runsc shim config the Talos gVisor extension ships (empty flags).
 pub const DEFAULT_RUNSC_CONFIG: &str = "[runsc_config]\n";
 
+/// Which containerd runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Version {
+    /// The installed 1.x (Debian 12's 1.6.20).
+    #[default]
+    V1,
+    /// sid's 2.1 from the test cache, config version 3.
+    V2,
+}
+
 /// What the generated config registers.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
+    pub version: Version,
     /// Register the `runsc` handler (`io.containerd.runsc.v1`) with a
-    /// `ConfigPath` file in the instance directory.
+    /// `ConfigPath` file in the instance directory (for 2.x: as Talos's
+    /// gVisor extension does, in an imported `10-gvisor.part`).
     pub runsc: bool,
     /// Contents of that `ConfigPath` file; [`DEFAULT_RUNSC_CONFIG`] if empty.
     pub runsc_config: String,
+    /// The runc runtime's `BinaryName`; the installed runc when `None`.
+    pub runc_binary: Option<PathBuf>,
 }
 
 impl Options {
@@ -116,6 +142,21 @@ impl Options {
             ..Self::default()
         }
     }
+
+    /// containerd 2.1 with Talos's gVisor drop-in imported.
+    pub fn containerd2_with_runsc() -> Self {
+        Self {
+            version: Version::V2,
+            runsc: true,
+            ..Self::default()
+        }
+    }
+
+    /// The runc runtime runs this binary (`BinaryName`).
+    pub fn runc_binary(mut self, runc: PathBuf) -> Self {
+        self.runc_binary = Some(runc);
+        self
+    }
 }
 
 /// A running private containerd. Dropping it stops everything it started.
@@ -128,6 +169,9 @@ pub struct Containerd {
     config_path: PathBuf,
     runsc_config_path: Option<PathBuf>,
     log_path: PathBuf,
+    /// The `ctr` matching this containerd.
+    ctr_bin: PathBuf,
+    version: Version,
 }
 
 impl Containerd {
@@ -135,15 +179,33 @@ impl Containerd {
     /// Panics (after cleaning up) with containerd's log if it does not.
     pub fn start(opts: Options) -> Self {
         ensure_root();
-        let binary = ensure_installed();
+        let (binary, bin_dir) = match opts.version {
+            Version::V1 => (ensure_installed(), None),
+            Version::V2 => {
+                let bin_dir = super::testenv::containerd2_bin_dir();
+                (bin_dir.join("containerd"), Some(bin_dir))
+            }
+        };
+        let ctr_bin = match &bin_dir {
+            Some(d) => d.join("ctr"),
+            None => which("ctr").unwrap_or_else(|| PathBuf::from("ctr")),
+        };
 
         let dir = tempfile::Builder::new()
             .prefix("ctd-")
             .tempdir()
             .unwrap_or_else(|e| panic!("cannot create a temporary directory: {e}"));
         let dir_path = dir.path().to_path_buf();
-        let socket = dir_path.join("containerd.sock");
-        let ttrpc = dir_path.join("containerd.sock.ttrpc");
+        let socket = match opts.version {
+            Version::V1 => dir_path.join("containerd.sock"),
+            // Where a Talos node has it, so the directory is a host tree.
+            Version::V2 => dir_path.join("run/containerd/containerd.sock"),
+        };
+        if let Some(parent) = socket.parent() {
+            fs::create_dir_all(parent)
+                .unwrap_or_else(|e| panic!("cannot create {}: {e}", parent.display()));
+        }
+        let ttrpc = socket.with_extension("sock.ttrpc");
         let socket_len = ttrpc.as_os_str().len();
         assert!(
             socket_len <= MAX_SOCKET_PATH,
@@ -151,8 +213,16 @@ impl Containerd {
             ttrpc.display()
         );
 
-        let runsc_config_path = opts.runsc.then(|| dir_path.join("runsc.toml"));
+        let conf_d = dir_path.join("etc/cri/conf.d");
+        let runsc_config_path = opts.runsc.then(|| match opts.version {
+            Version::V1 => dir_path.join("runsc.toml"),
+            Version::V2 => conf_d.join("runsc.toml"),
+        });
         if let Some(p) = &runsc_config_path {
+            if let Some(parent) = p.parent() {
+                fs::create_dir_all(parent)
+                    .unwrap_or_else(|e| panic!("cannot create {}: {e}", parent.display()));
+            }
             let body = if opts.runsc_config.is_empty() {
                 DEFAULT_RUNSC_CONFIG
             } else {
@@ -161,10 +231,30 @@ impl Containerd {
             write(p, body);
         }
         let config_path = dir_path.join("config.toml");
-        write(
-            &config_path,
-            &config_toml(&dir_path, &socket, &ttrpc, runsc_config_path.as_deref()),
-        );
+        let config = match opts.version {
+            Version::V1 => config_toml(
+                &dir_path,
+                &socket,
+                &ttrpc,
+                runsc_config_path.as_deref(),
+                opts.runc_binary.as_deref(),
+            ),
+            Version::V2 => {
+                let drop_in = runsc_config_path.as_deref().map(|cfg| {
+                    let part = conf_d.join("10-gvisor.part");
+                    write(&part, &gvisor_part(cfg));
+                    part
+                });
+                config_toml_v3(
+                    &dir_path,
+                    &socket,
+                    &ttrpc,
+                    drop_in.as_deref(),
+                    opts.runc_binary.as_deref(),
+                )
+            }
+        };
+        write(&config_path, &config);
 
         let log_path = dir_path.join("containerd.log");
         let log = fs::File::create(&log_path)
@@ -172,7 +262,17 @@ impl Containerd {
         let log2 = log
             .try_clone()
             .unwrap_or_else(|e| panic!("cannot dup the log file: {e}"));
-        let child = Command::new(&binary)
+        let mut cmd = Command::new(&binary);
+        if let Some(d) = &bin_dir {
+            // containerd finds containerd-shim-runc-v2 on PATH: its own first.
+            let path = std::env::var_os("PATH").unwrap_or_default();
+            let joined = std::env::join_paths(
+                std::iter::once(d.clone()).chain(std::env::split_paths(&path)),
+            )
+            .unwrap_or_else(|e| panic!("cannot build PATH: {e}"));
+            cmd.env("PATH", joined);
+        }
+        let child = cmd
             .arg("--config")
             .arg(&config_path)
             .stdin(Stdio::null())
@@ -192,6 +292,8 @@ impl Containerd {
             config_path,
             runsc_config_path,
             log_path,
+            ctr_bin,
+            version: opts.version,
         };
         // On panic `me` is dropped during unwinding, which cleans up.
         if let Err(why) = me.wait_ready() {
@@ -213,9 +315,16 @@ impl Containerd {
         &self.socket
     }
 
-    /// The instance's private directory (root, state, config, log).
+    /// The instance's private directory (root, state, config, log). For
+    /// [`Version::V2`] also a node's host tree: `run/containerd/containerd.sock`
+    /// and `etc/cri/conf.d` are where Talos has them.
     pub fn dir(&self) -> &Path {
         &self.dir_path
+    }
+
+    /// Which containerd this is.
+    pub fn version(&self) -> Version {
+        self.version
     }
 
     /// containerd's pid.
@@ -274,7 +383,7 @@ impl Containerd {
     /// `--runc-root` under [`Containerd::dir`], or ctr puts those in the
     /// global `/run/containerd`.
     pub fn ctr(&self) -> Command {
-        let mut c = Command::new("ctr");
+        let mut c = Command::new(&self.ctr_bin);
         c.arg("--address").arg(&self.socket);
         c
     }
@@ -305,7 +414,7 @@ impl Containerd {
     /// normal way: they kill their containers, unmount, and remove their
     /// sockets (which containerd 1.6 keeps in the global `/run/containerd/s`).
     fn delete_tasks(&self) {
-        if which("ctr").is_none() {
+        if !self.ctr_bin.is_file() {
             return;
         }
         let Some(namespaces) = self.ctr_output(&["namespaces", "ls", "-q"]) else {
@@ -417,7 +526,13 @@ pub fn shim_socket(grpc_socket: &Path, ns: &str, id: &str) -> PathBuf {
     Path::new(SHIM_SOCKET_DIR).join(hex)
 }
 
-fn config_toml(dir: &Path, socket: &Path, ttrpc: &Path, runsc_config: Option<&Path>) -> String {
+fn config_toml(
+    dir: &Path,
+    socket: &Path,
+    ttrpc: &Path,
+    runsc_config: Option<&Path>,
+    runc_binary: Option<&Path>,
+) -> String {
     let d = dir.display();
     let mut toml = format!(
         r#"version = 2
@@ -465,6 +580,9 @@ disabled_plugins = [
         socket = socket.display(),
         ttrpc = ttrpc.display(),
     );
+    if let Some(runc) = runc_binary {
+        toml.push_str(&format!("        BinaryName = \"{}\"\n", runc.display()));
+    }
     if let Some(cfg) = runsc_config {
         toml.push_str(&format!(
             r#"
@@ -477,6 +595,91 @@ disabled_plugins = [
 "#,
             cfg.display()
         ));
+    }
+    toml
+}
+
+/// Talos's gVisor extension drop-in (`container-runtime/gvisor` in
+/// siderolabs/extensions, `10-gvisor.part` since v1.10), with its
+/// `ConfigPath` moved into the instance.
+fn gvisor_part(runsc_config: &Path) -> String {
+    format!(
+        r#"[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runsc]
+  runtime_type = "io.containerd.runsc.v1"
+
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runsc.options]
+  TypeUrl = "io.containerd.runsc.v1.options"
+  ConfigPath = "{}"
+"#,
+        runsc_config.display()
+    )
+}
+
+/// containerd 2.x's config (version 3): CRI split into
+/// `io.containerd.cri.v1.runtime` / `.images` plus the `io.containerd.grpc.v1.cri`
+/// server, the drop-in pulled in by `imports` as Talos's
+/// `/etc/cri/containerd.toml` does (`hack/cri-containerd.toml`).
+fn config_toml_v3(
+    dir: &Path,
+    socket: &Path,
+    ttrpc: &Path,
+    drop_in: Option<&Path>,
+    runc_binary: Option<&Path>,
+) -> String {
+    let d = dir.display();
+    let imports = drop_in
+        .map(|p| format!("\"{}\"", p.display()))
+        .unwrap_or_default();
+    let mut toml = format!(
+        r#"version = 3
+root = "{d}/root"
+state = "{d}/state"
+imports = [{imports}]
+disabled_plugins = [
+  "io.containerd.internal.v1.opt",
+  "io.containerd.nri.v1.nri",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.erofs",
+]
+
+[grpc]
+  address = "{socket}"
+
+[ttrpc]
+  address = "{ttrpc}"
+
+[debug]
+  address = ""
+  level = "info"
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+
+[plugins."io.containerd.cri.v1.runtime"]
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["{d}/cni/bin"]
+    conf_dir = "{d}/cni/net.d"
+
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        Root = "{d}/runc"
+"#,
+        socket = socket.display(),
+        ttrpc = ttrpc.display(),
+    );
+    if let Some(runc) = runc_binary {
+        toml.push_str(&format!("        BinaryName = \"{}\"\n", runc.display()));
     }
     toml
 }

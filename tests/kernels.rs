@@ -1,0 +1,411 @@
+//! Talos's kernel lines, booted for real: Debian's packaged kernels under QEMU
+//! TCG (KVM stops with "emulation failure" on this nested VM), each with an
+//! initramfs of busybox-static and the shipped static musl binary, whose /init
+//! (tests/fixtures/kernel/init) runs `probe --require-userns
+//! --require-idmap-mounts` as JSON and as a table, writes 0 to
+//! `user.max_user_namespaces` and runs both again, and prints every result
+//! between markers on the serial console.
+//!
+//! | kernel | Debian | Talos line |
+//! |---|---|---|
+//! | 6.1  | bookworm | older than any Talos ≥ 1.7: tmpfs has no idmapped mounts before 6.3 |
+//! | 6.12 | trixie   | Talos 1.9–1.11 |
+//! | 7.x  | sid      | newer than any Talos yet (this VM's 6.18 is 1.12+) |
+//!
+//! One more boot, with `ipv6.disable=1` on the command line, runs `serve` on
+//! its default listen address and asks it with `check` from inside the VM:
+//! the `disable_ipv6` sysctl does not stop a bind of `[::]`, so only the boot
+//! parameter proves the fallback.
+//!
+//! Each boot takes about 5 s here; at most [`PARALLEL_BOOTS`] run at once and
+//! each is killed after [`BOOT_LIMIT`]. A kernel boots once per run, shared by
+//! its tests.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod support;
+
+use std::{
+    collections::BTreeMap,
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+    sync::{Condvar, Mutex, OnceLock},
+    time::Duration,
+};
+
+use serde_json::Value;
+use support::testenv;
+
+/// Hard limit for one boot (TCG on 2 busy cores; a boot alone takes ~5 s).
+const BOOT_LIMIT: Duration = Duration::from_secs(150);
+/// QEMU processes at once: one per core of this machine.
+const PARALLEL_BOOTS: usize = 2;
+/// The sentence part every kernel must give for `user.max_user_namespaces` = 0.
+const ENOSPC_SENTENCE: &str =
+    "user.max_user_namespaces limit reached: the kernel refuses new user namespaces (ENOSPC)";
+
+// ------------------------------------------------------------------ booting
+
+/// The initramfs, built once per run in a directory kept until the process
+/// exits.
+fn initramfs() -> &'static Path {
+    static INITRD: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    &INITRD
+        .get_or_init(|| {
+            let busybox = Path::new("/bin/busybox");
+            assert!(
+                busybox.is_file(),
+                "/bin/busybox is missing: scripts/install-test-deps.sh installs busybox-static"
+            );
+            testenv::tool("cpio", "cpio");
+            let dir = tempfile::tempdir().unwrap();
+            let tree = dir.path().join("tree");
+            fs::create_dir_all(tree.join("bin")).unwrap();
+            fs::copy(busybox, tree.join("bin/busybox")).unwrap();
+            fs::copy(testenv::musl_binary(), tree.join("sandbox-readiness")).unwrap();
+            let init = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kernel/init");
+            fs::copy(init, tree.join("init")).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(tree.join("init"), fs::Permissions::from_mode(0o755)).unwrap();
+            let initrd = dir.path().join("initrd.gz");
+            let mut cmd = Command::new("sh");
+            cmd.current_dir(&tree).arg("-c").arg(format!(
+                "find . | cpio -o -H newc --quiet | gzip -1 > '{}'",
+                initrd.display()
+            ));
+            let done = testenv::run_limited(&mut cmd, Duration::from_secs(60)).unwrap();
+            assert!(done.ok(), "cannot build the initramfs: {}", done.stderr);
+            (dir, initrd)
+        })
+        .1
+}
+
+/// Counts QEMU processes so no more than [`PARALLEL_BOOTS`] run at once.
+struct Slots {
+    used: Mutex<usize>,
+    freed: Condvar,
+}
+
+static SLOTS: Slots = Slots {
+    used: Mutex::new(0),
+    freed: Condvar::new(),
+};
+
+struct Slot;
+
+impl Slot {
+    fn take() -> Slot {
+        let mut used = SLOTS.used.lock().unwrap();
+        while *used >= PARALLEL_BOOTS {
+            used = SLOTS.freed.wait(used).unwrap();
+        }
+        *used += 1;
+        Slot
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        *SLOTS.used.lock().unwrap() -= 1;
+        SLOTS.freed.notify_one();
+    }
+}
+
+/// What one boot printed on its serial console, split at the markers.
+#[derive(Debug)]
+struct Boot {
+    suite: &'static str,
+    console: String,
+    /// `@@SR-<KEY> <value>` lines (KERNEL, LIMIT, IPV6, SERVE-EXIT, ...);
+    /// repeated keys keep every value in order.
+    values: BTreeMap<String, Vec<String>>,
+    /// Step name → (output, exit code).
+    steps: BTreeMap<String, (String, i32)>,
+}
+
+impl Boot {
+    fn step(&self, name: &str) -> (&str, i32) {
+        let (out, rc) = self.steps.get(name).unwrap_or_else(|| {
+            panic!(
+                "{}: no step {name} on the console:\n{}",
+                self.suite, self.console
+            )
+        });
+        (out.as_str(), *rc)
+    }
+
+    fn json(&self, name: &str) -> (Value, i32) {
+        let (out, rc) = self.step(name);
+        let v = serde_json::from_str(out).unwrap_or_else(|e| {
+            panic!(
+                "{}: step {name} printed no JSON ({e}):\n{out}\nstderr:\n{}",
+                self.suite,
+                self.steps
+                    .get(&format!("{name}.stderr"))
+                    .map(|s| s.0.as_str())
+                    .unwrap_or("")
+            )
+        });
+        (v, rc)
+    }
+
+    fn value(&self, key: &str) -> Vec<String> {
+        self.values.get(key).cloned().unwrap_or_default()
+    }
+}
+
+fn parse_console(suite: &'static str, console: String) -> Boot {
+    let mut values: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut steps = BTreeMap::new();
+    let mut open: Option<(String, Vec<&str>)> = None;
+    for line in console.lines() {
+        let line = line.trim_end_matches('\r');
+        if let Some(name) = line.strip_prefix("@@SR-BEGIN ") {
+            open = Some((name.trim().to_string(), Vec::new()));
+        } else if let Some(rest) = line.strip_prefix("@@SR-END ") {
+            let (name, rc) = rest.rsplit_once(" rc=").unwrap_or((rest, "-1"));
+            if let Some((open_name, lines)) = open.take() {
+                assert_eq!(open_name, name, "{suite}: interleaved steps:\n{console}");
+                let mut text = lines.join("\n");
+                text.push('\n');
+                steps.insert(open_name, (text, rc.trim().parse().unwrap_or(-1)));
+            }
+        } else if let Some(rest) = line.strip_prefix("@@SR-") {
+            let (key, value) = rest.split_once(' ').unwrap_or((rest, ""));
+            values
+                .entry(key.to_string())
+                .or_default()
+                .push(value.to_string());
+        } else if let Some((_, lines)) = open.as_mut() {
+            lines.push(line);
+        }
+    }
+    Boot {
+        suite,
+        console,
+        values,
+        steps,
+    }
+}
+
+/// Boots the kernel of `suite` with `srmode=<mode>` and extra kernel
+/// parameters, and returns its console once it powered off.
+fn boot(suite: &'static str, mode: &str, params: &str) -> Boot {
+    let (image, release) = testenv::kernel(suite);
+    let qemu = testenv::tool("qemu-system-x86_64", "qemu-system-x86");
+    let initrd = initramfs();
+    let _slot = Slot::take();
+    let mut cmd = Command::new(qemu);
+    cmd.args(["-accel", "tcg", "-cpu", "max", "-m", "512", "-smp", "1"])
+        .arg("-kernel")
+        .arg(&image)
+        .arg("-initrd")
+        .arg(initrd)
+        // loglevel=1: only emergencies reach the console between the markers.
+        .arg("-append")
+        .arg(format!(
+            "console=ttyS0 quiet loglevel=1 panic=-1 srmode={mode} {params}"
+        ))
+        .args([
+            "-display",
+            "none",
+            "-serial",
+            "stdio",
+            "-monitor",
+            "none",
+            "-nodefaults",
+            "-no-reboot",
+        ]);
+    let done = testenv::run_limited(&mut cmd, BOOT_LIMIT)
+        .unwrap_or_else(|e| panic!("{suite} ({release}) did not power off: {e}"));
+    eprintln!(
+        "{suite} ({release}) {mode} {params}: booted and powered off in {:?}",
+        done.took
+    );
+    let b = parse_console(suite, done.stdout.clone());
+    assert!(
+        done.ok(),
+        "qemu failed for {suite}: {}\n{}",
+        done.stderr,
+        b.console
+    );
+    assert_eq!(
+        b.value("KERNEL"),
+        std::slice::from_ref(&release),
+        "{suite}: not the kernel asked for, or /init never ran:\n{}",
+        b.console
+    );
+    assert!(
+        b.values.contains_key("DONE"),
+        "{suite}: /init did not finish:\n{}",
+        b.console
+    );
+    b
+}
+
+/// The probe boot of `suite`, once per run.
+fn probe_boot(suite: &'static str) -> &'static Boot {
+    static BOOTS: OnceLock<Mutex<BTreeMap<&'static str, &'static OnceLock<Boot>>>> =
+        OnceLock::new();
+    let cell: &'static OnceLock<Boot> = {
+        let mut map = BOOTS.get_or_init(Default::default).lock().unwrap();
+        map.entry(suite)
+            .or_insert_with(|| Box::leak(Box::new(OnceLock::new())))
+    };
+    cell.get_or_init(|| boot(suite, "probe", ""))
+}
+
+// --------------------------------------------------------------- assertions
+
+fn probe<'a>(report: &'a Value, name: &str) -> &'a Value {
+    &report["report"]["userNamespaces"][name]
+}
+
+fn outcome(report: &Value, name: &str) -> String {
+    probe(report, name)["outcome"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+fn message(report: &Value, name: &str) -> String {
+    probe(report, name)["message"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+fn finding_codes(report: &Value) -> Vec<String> {
+    report["verdict"]["findings"]
+        .as_array()
+        .map(|f| {
+            f.iter()
+                .filter_map(|x| x["code"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// At the default limit both probes pass and `probe` exits 0.
+fn assert_converges(suite: &'static str) {
+    let b = probe_boot(suite);
+    let limit: u64 = b.value("LIMIT")[0].parse().unwrap();
+    assert!(limit > 0, "{suite}: the default limit is {limit}");
+    let (json, rc) = b.json("json");
+    assert_eq!(
+        outcome(&json, "usernsCreate"),
+        "PROBE_OUTCOME_PASSED",
+        "{suite}: {}",
+        message(&json, "usernsCreate")
+    );
+    assert_eq!(
+        outcome(&json, "idmapMount"),
+        "PROBE_OUTCOME_PASSED",
+        "{suite}: {}",
+        message(&json, "idmapMount")
+    );
+    assert_eq!(json["verdict"]["converged"], true, "{suite}: {json:#}");
+    assert_eq!(rc, 0, "{suite}: probe exit code");
+    let (table, rc) = b.step("table");
+    assert_eq!(rc, 0, "{suite}: table probe exit code:\n{table}");
+    assert!(table.contains("✓ user namespace creation"), "{table}");
+    assert!(table.contains("✓ idmapped mount (tmpfs)"), "{table}");
+}
+
+/// With `user.max_user_namespaces` = 0, exit 1 with the ENOSPC sentence.
+fn assert_limit_zero_is_enospc(suite: &'static str) {
+    let b = probe_boot(suite);
+    assert_eq!(b.value("LIMIT").get(1).map(String::as_str), Some("0"));
+    let (json, rc) = b.json("json-zero");
+    assert_eq!(rc, 1, "{suite}: probe exit code at limit 0: {json:#}");
+    assert_eq!(outcome(&json, "usernsCreate"), "PROBE_OUTCOME_FAILED");
+    assert_eq!(probe(&json, "usernsCreate")["errnoName"], "ENOSPC");
+    assert!(
+        message(&json, "usernsCreate").contains(ENOSPC_SENTENCE),
+        "{suite}: {}",
+        message(&json, "usernsCreate")
+    );
+    assert!(
+        finding_codes(&json).contains(&"USERNS_CREATE_FAILED".to_string()),
+        "{suite}: {json:#}"
+    );
+    let (table, rc) = b.step("table-zero");
+    assert_eq!(rc, 1, "{table}");
+    assert!(table.contains(ENOSPC_SENTENCE), "{table}");
+}
+
+// -------------------------------------------------------------------- tests
+
+#[test]
+fn kernel_6_12_converges_at_the_default_limit() {
+    assert_converges("trixie");
+}
+
+#[test]
+fn kernel_6_12_limit_zero_exits_1_with_enospc() {
+    assert_limit_zero_is_enospc("trixie");
+}
+
+#[test]
+fn newest_kernel_converges_at_the_default_limit() {
+    assert_converges("sid");
+}
+
+#[test]
+fn newest_kernel_limit_zero_exits_1_with_enospc() {
+    assert_limit_zero_is_enospc("sid");
+}
+
+/// 6.1 creates user namespaces but cannot idmap a tmpfs (that came in 6.3):
+/// the probe must fail and say so, not blame an errno.
+#[test]
+fn kernel_6_1_userns_passes_and_idmap_fails_saying_tmpfs_needs_6_3() {
+    let b = probe_boot("bookworm");
+    let (json, rc) = b.json("json");
+    assert_eq!(
+        outcome(&json, "usernsCreate"),
+        "PROBE_OUTCOME_PASSED",
+        "{}",
+        message(&json, "usernsCreate")
+    );
+    assert_eq!(outcome(&json, "idmapMount"), "PROBE_OUTCOME_FAILED");
+    let why = message(&json, "idmapMount");
+    assert!(
+        why.contains("tmpfs") && why.contains("6.3"),
+        "the idmap failure on 6.1 must say that tmpfs needs kernel ≥ 6.3: {why:?}"
+    );
+    assert_eq!(finding_codes(&json), ["IDMAP_MOUNT_FAILED"]);
+    assert_eq!(rc, 1);
+    let (table, _) = b.step("table");
+    assert!(table.contains("✓ user namespace creation"), "{table}");
+    assert!(table.contains("✗ idmapped mount (tmpfs)"), "{table}");
+}
+
+#[test]
+fn kernel_6_1_limit_zero_exits_1_with_enospc() {
+    assert_limit_zero_is_enospc("bookworm");
+}
+
+/// `serve` on its default listen address still listens when the kernel has
+/// no IPv6 (it falls back to 0.0.0.0), and answers `check` on 127.0.0.1 at
+/// check's default port.
+#[test]
+fn serve_listens_with_ipv6_disabled() {
+    let b = boot("trixie", "serve", "ipv6.disable=1");
+    assert_eq!(b.value("IPV6"), ["off"], "ipv6.disable=1 did not take");
+    let (log, _) = b.step("serve-log");
+    let addrs: Vec<std::net::SocketAddr> = log.lines().filter_map(common::listening_addr).collect();
+    assert!(
+        addrs.iter().any(|a| a.is_ipv4() && a.ip().is_unspecified()),
+        "serve must listen on 0.0.0.0 when IPv6 is disabled; it logged:\n{log}"
+    );
+    let (json, rc) = b.json("check");
+    let node = &json["nodes"][0];
+    assert!(
+        node["error"].is_null() && node["report"].is_object(),
+        "check got no report from the agent (exit {rc}): {node:#}\nserve log:\n{log}"
+    );
+    assert_eq!(rc, 0, "{json:#}");
+}
