@@ -112,3 +112,204 @@ fn sandbox_probe_is_skipped_not_failed_under_a_seccomp_filter() {
     let sandbox = &json["report"]["gvisor"]["sandbox"];
     assert_eq!(sandbox["outcome"], "PROBE_OUTCOME_PASSED", "{sandbox}");
 }
+
+/// `pid`'s parent and state, from /proc/<pid>/stat (`None`: gone).
+fn stat(pid: u32) -> Option<(u32, char, String)> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // comm is in parentheses and may hold spaces: split after the last ')'.
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text[open + 1..close].to_string();
+    let mut rest = text[close + 1..].split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    let ppid = rest.next()?.parse().ok()?;
+    Some((ppid, state, comm))
+}
+
+/// Every live process whose parent is `ppid`, with its state and comm.
+fn children(ppid: u32) -> Vec<(u32, char, String)> {
+    fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let (pp, state, comm) = stat(pid)?;
+            (pp == ppid).then_some((pid, state, comm))
+        })
+        .collect()
+}
+
+/// Polls `f` every 20 ms until it gives `Some`, for at most `limit`.
+fn poll<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A started `serve` (possibly under a wrapper such as `unshare`), its JSON
+/// log lines arriving on a channel, and the address it reported listening
+/// on. Killed on drop.
+struct Agent {
+    child: Child,
+    addr: SocketAddr,
+    log: std::sync::mpsc::Receiver<String>,
+}
+
+impl Agent {
+    /// Runs `wrapper… BIN --log-format json serve --listen 127.0.0.1:0
+    /// args…` and waits (at most 20 s) for its "listening" line.
+    fn start(wrapper: &[&str], args: &[&str]) -> Self {
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(BIN);
+                c
+            }
+            None => Command::new(BIN),
+        };
+        cmd.args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("start the agent");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, log) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let end = Instant::now() + Duration::from_secs(20);
+        let addr = loop {
+            let left = end.saturating_duration_since(Instant::now());
+            let line = log
+                .recv_timeout(left)
+                .expect("the agent logged no \"listening\" line within 20s");
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            if v["fields"]["message"] == "listening" {
+                break v["fields"]["addr"].as_str().unwrap().parse().unwrap();
+            }
+        };
+        Self { child, addr, log }
+    }
+
+    /// Waits (at most `limit`) for the log line whose message is `message`.
+    fn wait_for_log(&self, message: &str, limit: Duration) -> serde_json::Value {
+        let end = Instant::now() + limit;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            let line = self
+                .log
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no {message:?} log line within {limit:?}"));
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
+                if v["fields"]["message"] == message {
+                    return v;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Started as PID 1 of a new PID namespace (as on a Talos node), the binary
+/// forks: PID 1 stays a reaper and the agent is its child. An orphan
+/// reparented to PID 1 is reaped once it exits, and SIGTERM to PID 1 ends
+/// the agent, with exit status 0.
+#[test]
+fn as_pid_1_it_reaps_orphans_and_forwards_sigterm() {
+    assert!(is_root(), "needs root (unshare --pid, nsenter)");
+    let mut agent = Agent::start(&["unshare", "--pid", "--fork", "--mount-proc"], &[]);
+    let unshare = agent.child.id();
+    let pid1 = poll(Duration::from_secs(5), || {
+        children(unshare).into_iter().map(|(p, _, _)| p).next()
+    })
+    .expect("unshare started no PID 1");
+    let status = fs::read_to_string(format!("/proc/{pid1}/status")).unwrap();
+    let nspid = status.lines().find(|l| l.starts_with("NSpid:")).unwrap();
+    assert!(
+        nspid.ends_with("\t1"),
+        "not PID 1 of its namespace: {nspid}"
+    );
+    // The agent is PID 1's child, not PID 1 itself.
+    let kids = children(pid1);
+    assert!(
+        kids.iter()
+            .any(|(_, _, comm)| comm.starts_with("sandbox-readine")),
+        "PID 1 has no agent child: {kids:?}"
+    );
+    // The agent answers (it is the child that serves).
+    TcpStream::connect_timeout(&agent.addr, Duration::from_secs(2)).expect("connect");
+
+    // An orphan in the namespace: sh exits at once, its sleep is reparented
+    // to PID 1 and exits a second later.
+    let st = Command::new("nsenter")
+        .args([
+            "-t",
+            &pid1.to_string(),
+            "-p",
+            "--",
+            "sh",
+            "-c",
+            "sleep 1 & exit 0",
+        ])
+        .status()
+        .expect("nsenter");
+    assert!(st.success(), "nsenter: {st}");
+    let orphan = poll(Duration::from_secs(5), || {
+        children(pid1)
+            .into_iter()
+            .find(|(_, _, comm)| comm == "sleep")
+            .map(|(p, _, _)| p)
+    })
+    .expect("the orphaned sleep was not reparented to PID 1");
+    // Reaped: gone from /proc, not left as a zombie of PID 1.
+    let reaped = poll(Duration::from_secs(10), || {
+        stat(orphan).is_none().then_some(())
+    });
+    let zombies: Vec<_> = children(pid1)
+        .into_iter()
+        .filter(|(_, state, _)| *state == 'Z')
+        .collect();
+    assert!(
+        reaped.is_some() && zombies.is_empty(),
+        "orphan {orphan} not reaped: {:?}; zombies of PID 1: {zombies:?}",
+        stat(orphan)
+    );
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(pid1).unwrap()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = agent.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < end,
+            "SIGTERM to PID 1 did not end the agent"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "{status}");
+}

@@ -137,10 +137,11 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
     };
     let mut listeners = Vec::new();
     for addr in &conf.listen {
-        let l = bind(*addr).map_err(|source| ServeError::Bind {
-            addr: *addr,
-            source,
-        })?;
+        let l = bind_or_fall_back(*addr)?;
+        match l.local_addr() {
+            Ok(bound) => info!(addr = %bound, "listening"),
+            Err(e) => warn!(addr = %addr, "listening, but the bound address is unknown: {e}"),
+        }
         listeners.push(l);
     }
     let mut cfg = conf.observe.clone();
@@ -262,6 +263,38 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
     }
 }
 
+/// Binds `addr`; the IPv6 wildcard falls back to the IPv4 one on a node
+/// booted with `ipv6.disable=1`, where no IPv6 socket can be made.
+fn bind_or_fall_back(addr: SocketAddr) -> Result<TcpListener, ServeError> {
+    match bind(addr) {
+        Ok(l) => Ok(l),
+        Err(e) => match ipv4_fallback(addr, &e) {
+            Some(v4) => {
+                warn!(
+                    "cannot listen on {addr} ({e}): IPv6 is disabled on this node; listening on {v4} instead"
+                );
+                bind(v4).map_err(|source| ServeError::Bind { addr: v4, source })
+            }
+            None => Err(ServeError::Bind { addr, source: e }),
+        },
+    }
+}
+
+/// Where to listen instead of `addr` after `err`: the IPv4 wildcard on the
+/// same port, only for the IPv6 wildcard and only when the error says IPv6
+/// is unavailable (EAFNOSUPPORT from socket(2) with `ipv6.disable=1`,
+/// EADDRNOTAVAIL from bind(2)). Any other address or error stays an error:
+/// the operator asked for exactly that address. Pure.
+pub fn ipv4_fallback(addr: SocketAddr, err: &std::io::Error) -> Option<SocketAddr> {
+    let wildcard_v6 = matches!(addr, SocketAddr::V6(a) if a.ip().is_unspecified());
+    let v6_unavailable = matches!(
+        err.raw_os_error(),
+        Some(libc::EAFNOSUPPORT | libc::EADDRNOTAVAIL)
+    );
+    (wildcard_v6 && v6_unavailable)
+        .then(|| SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, addr.port())))
+}
+
 /// Binds with a deep accept backlog: during a connection flood a good
 /// client's SYN must not wait out a retransmit behind the default 128.
 fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
@@ -301,6 +334,35 @@ fn raise_fd_limit() {
             if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
                 warn!("cannot raise the open-file limit from {soft} to {hard}: {e}");
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Error;
+
+    #[test]
+    fn only_the_ipv6_wildcard_falls_back_and_only_when_ipv6_is_unavailable() {
+        let wildcard: SocketAddr = "[::]:10150".parse().unwrap_or_else(|_| unreachable!());
+        let v4: SocketAddr = "0.0.0.0:10150".parse().unwrap_or_else(|_| unreachable!());
+        let no_family = Error::from_raw_os_error(libc::EAFNOSUPPORT);
+        let no_addr = Error::from_raw_os_error(libc::EADDRNOTAVAIL);
+        let in_use = Error::from_raw_os_error(libc::EADDRINUSE);
+        assert_eq!(ipv4_fallback(wildcard, &no_family), Some(v4));
+        assert_eq!(ipv4_fallback(wildcard, &no_addr), Some(v4));
+        // Another reason to fail is not about IPv6.
+        assert_eq!(ipv4_fallback(wildcard, &in_use), None);
+        // An address the operator named is kept, whatever the error.
+        for other in [
+            "[::1]:10150",
+            "[fd00::1]:10150",
+            "0.0.0.0:10150",
+            "127.0.0.1:10150",
+        ] {
+            let a: SocketAddr = other.parse().unwrap_or_else(|_| unreachable!());
+            assert_eq!(ipv4_fallback(a, &no_family), None, "{other}");
         }
     }
 }
