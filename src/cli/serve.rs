@@ -19,10 +19,10 @@ const WHO: &str = "sandbox-readiness serve";
 /// Flags of `serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// Address to listen on (repeatable). Outside loopback mTLS is required.
+    /// Address to listen on (repeatable). Outside loopback mTLS is required. The default [::] falls back to 0.0.0.0 where IPv6 is disabled.
     #[arg(
         long = "listen",
-        default_value = "[::]:50100",
+        default_value = "[::]:10150",
         env = "SANDBOX_READINESS_LISTEN",
         value_delimiter = ','
     )]
