@@ -81,6 +81,7 @@ pub async fn observe(exe: &Path, timeout: Duration) -> (Probe, Probe) {
         Ok(c) => c,
         Err(e) => {
             return both_error(
+                e.raw_os_error().unwrap_or(0),
                 format!("cannot start the probe helper {}: {e}", exe.display()),
                 start,
             )
@@ -88,9 +89,16 @@ pub async fn observe(exe: &Path, timeout: Duration) -> (Probe, Probe) {
     };
     let out = match tokio::time::timeout(timeout, child.wait_with_output()).await {
         Ok(Ok(out)) => out,
-        Ok(Err(e)) => return both_error(format!("probe helper failed: {e}"), start),
+        Ok(Err(e)) => {
+            return both_error(
+                e.raw_os_error().unwrap_or(0),
+                format!("probe helper failed: {e}"),
+                start,
+            )
+        }
         Err(_) => {
             return both_error(
+                libc::ETIMEDOUT,
                 format!(
                     "probe helper did not finish within {}",
                     humantime::format_duration(timeout)
@@ -103,14 +111,15 @@ pub async fn observe(exe: &Path, timeout: Duration) -> (Probe, Probe) {
     match serde_json::from_str::<HelperOutput>(text.trim()) {
         Ok(h) => (to_probe(&h.userns), to_probe(&h.idmap)),
         Err(e) => both_error(
+            0,
             format!("probe helper answered badly ({}): {e}", out.status),
             start,
         ),
     }
 }
 
-fn both_error(message: String, start: Instant) -> (Probe, Probe) {
-    let p = probe(ProbeOutcome::Error, 0, message, start.elapsed());
+fn both_error(errno: i32, message: String, start: Instant) -> (Probe, Probe) {
+    let p = probe(ProbeOutcome::Error, errno, message, start.elapsed());
     (p.clone(), p)
 }
 
