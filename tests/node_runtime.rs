@@ -9,9 +9,9 @@
 
 use std::{
     fs,
-    io::{BufRead, BufReader, Read},
+    io::{BufRead, BufReader},
     net::{SocketAddr, TcpStream},
-    path::{Path, PathBuf},
+    path::Path,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
@@ -160,6 +160,8 @@ struct Agent {
     child: Child,
     addr: SocketAddr,
     log: std::sync::mpsc::Receiver<String>,
+    /// JSON log lines read before "listening".
+    early: Vec<serde_json::Value>,
 }
 
 impl Agent {
@@ -190,6 +192,7 @@ impl Agent {
             }
         });
         let end = Instant::now() + Duration::from_secs(20);
+        let mut early = Vec::new();
         let addr = loop {
             let left = end.saturating_duration_since(Instant::now());
             let line = log
@@ -201,12 +204,25 @@ impl Agent {
             if v["fields"]["message"] == "listening" {
                 break v["fields"]["addr"].as_str().unwrap().parse().unwrap();
             }
+            early.push(v);
         };
-        Self { child, addr, log }
+        Self {
+            child,
+            addr,
+            log,
+            early,
+        }
     }
 
     /// Waits (at most `limit`) for the log line whose message is `message`.
     fn wait_for_log(&self, message: &str, limit: Duration) -> serde_json::Value {
+        if let Some(v) = self
+            .early
+            .iter()
+            .find(|v| v["fields"]["message"] == message)
+        {
+            return v.clone();
+        }
         let end = Instant::now() + limit;
         loop {
             let left = end.saturating_duration_since(Instant::now());
@@ -312,4 +328,130 @@ fn as_pid_1_it_reaps_orphans_and_forwards_sigterm() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(status.code(), Some(0), "{status}");
+}
+
+/// `check -n ADDR -o json` with its default timeouts: the node's entry.
+fn check(addr: SocketAddr) -> serde_json::Value {
+    let started = Instant::now();
+    let out = Command::new(BIN)
+        .args(["check", "-n", &addr.to_string(), "-o", "json"])
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "check printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    let node = json["nodes"][0].clone();
+    assert!(
+        node["error"].is_null() && out.status.success(),
+        "check failed after {:?} ({}): {node}",
+        started.elapsed(),
+        out.status
+    );
+    node
+}
+
+/// Raises this test process's own soft open-file limit to its hard one
+/// (the flood below needs more than 1,024).
+fn raise_own_nofile() -> u64 {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).unwrap();
+    hard
+}
+
+/// `n` TCP connections from `from` to `to` (each bound to `from` before
+/// connecting), made concurrently; the ones that connected.
+fn connect_many(from: std::net::Ipv4Addr, to: SocketAddr, n: usize) -> Vec<std::net::TcpStream> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..n {
+            tasks.spawn(async move {
+                let socket = tokio::net::TcpSocket::new_v4()?;
+                socket.bind(SocketAddr::from((from, 0)))?;
+                let stream =
+                    tokio::time::timeout(Duration::from_secs(10), socket.connect(to)).await??;
+                stream.into_std()
+            });
+        }
+        let mut held = Vec::new();
+        while let Some(r) = tasks.join_next().await {
+            if let Ok(Ok(s)) = r {
+                held.push(s);
+            }
+        }
+        held
+    })
+}
+
+/// With the 1,024 descriptors of a Talos extension service before 1.13,
+/// the agent sizes its limits to them (and logs both), and 1,200 idle
+/// connections from one other address change nothing it reports (same
+/// fingerprint and generation while observations go on) and do not shut
+/// out a good client.
+#[test]
+fn a_connection_flood_at_nofile_1024_changes_no_fact_and_shuts_out_no_one() {
+    assert!(
+        raise_own_nofile() > 1400,
+        "the test needs more than 1,400 descriptors"
+    );
+    let agent = Agent::start(
+        &["prlimit", "--nofile=1024:1024", "--"],
+        &["--poll-interval", "200ms", "--probe-interval", "1s"],
+    );
+    let limits = agent.wait_for_log("connection limits", Duration::from_secs(5));
+    let f = &limits["fields"];
+    assert_eq!(f["open_files"], 1024, "{limits}");
+    assert_eq!(f["max_connections_configured"], 16384, "{limits}");
+    let max = f["max_connections"].as_u64().unwrap();
+    let handshakes = f["max_handshakes"].as_u64().unwrap();
+    let reserve = f["reserved_for_observation"].as_u64().unwrap();
+    assert!(max + handshakes + reserve <= 1024, "{limits}");
+    assert!(
+        f["max_connections_per_address"].as_u64().unwrap() * 4 < max,
+        "{limits}"
+    );
+
+    let before = check(agent.addr)["report"].clone();
+    let observations = |r: &serde_json::Value| -> u64 {
+        r["agent"]["observations"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+
+    // The agent keeps its per-address share of them and resets the rest
+    // (a client whose connect had not completed sees the reset as failure).
+    let per_address = f["max_connections_per_address"].as_u64().unwrap();
+    let held = connect_many(std::net::Ipv4Addr::new(127, 0, 0, 2), agent.addr, 1200);
+    assert!(
+        held.len() as u64 >= per_address,
+        "only {} of 1,200 flood connections were accepted",
+        held.len()
+    );
+
+    // While they are held, observations go on (at least two full ones) and
+    // a good client is answered each time within check's default timeout.
+    let start = observations(&before);
+    let during = poll(Duration::from_secs(20), || {
+        let r = check(agent.addr)["report"].clone();
+        (observations(&r) >= start + 2).then_some(r)
+    })
+    .expect("no new observation during the flood");
+    assert_eq!(during["fingerprint"], before["fingerprint"], "{during}");
+    assert_eq!(during["generation"], before["generation"], "{during}");
+    let incomplete = &during["agent"]["incomplete"];
+    assert!(
+        incomplete.is_null() || incomplete.as_array().is_some_and(Vec::is_empty),
+        "the agent ran out of its own descriptors: {incomplete}"
+    );
+    drop(held);
 }
