@@ -247,8 +247,12 @@ where
             while let Some(item) = s.next().await {
                 let Ok(conn) = item else { continue };
                 let mut inner: Io = conn.into();
-                let address = match &mut inner {
-                    Io::Plain(c) => c.2.take(),
+                let (slot, address) = match &mut inner {
+                    // Counted from accept on, slots taken there.
+                    Io::Plain(c) => match c.2.take() {
+                        Some(held) => (held.slot, held.address),
+                        None => continue,
+                    },
                     Io::Tls(c) => {
                         let Ok(peer) = c.get_ref().0.peer_addr() else {
                             continue;
@@ -257,12 +261,12 @@ where
                             debug!(%peer, "per-address connection limit reached; closing a new connection");
                             continue;
                         };
-                        a
+                        let Ok(slot) = slots.clone().try_acquire_owned() else {
+                            debug!("connection limit reached; closing a new connection");
+                            continue;
+                        };
+                        (slot, a)
                     }
-                };
-                let Ok(slot) = slots.clone().try_acquire_owned() else {
-                    debug!("connection limit reached; closing a new connection");
-                    continue;
                 };
                 if tx
                     .send(Ok(Counted {
@@ -283,14 +287,14 @@ where
 
 /// Plain TCP connections that sent the HTTP/2 preface within `deadline`.
 /// The check consumes the preface and [`PlainConn`] hands it back to the
-/// server, so the server still reads it itself. At most `pending` wait for
-/// their preface at once, and each holds a slot of its address in
-/// `per_address` from accept on (the connection carries it to [`merge`]):
-/// an idle socket costs a descriptor as much as a served one.
+/// server, so the server still reads it itself. Each connection holds a
+/// slot of `slots` (the same connection cap [`merge`] applies) and one of
+/// its address in `per_address` from accept on, and carries them to
+/// [`merge`]: an idle socket costs a descriptor as much as a served one.
 pub fn plaintext(
     listener: TcpListener,
     deadline: Duration,
-    pending: Arc<Semaphore>,
+    slots: Arc<Semaphore>,
     per_address: PerAddress,
 ) -> impl Stream<Item = Result<PlainConn, io::Error>> + Send + Unpin {
     let (tx, rx) = mpsc::channel::<Result<PlainConn, io::Error>>(64);
@@ -309,7 +313,7 @@ pub fn plaintext(
                 shed(stream);
                 continue;
             };
-            let Ok(permit) = pending.clone().try_acquire_owned() else {
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
                 shed(stream);
                 continue;
             };
@@ -323,10 +327,10 @@ pub fn plaintext(
             }
             let tx = tx.clone();
             tokio::spawn(async move {
-                let _permit = permit;
+                let held = Held { slot, address };
                 let mut stream = stream;
                 if let Ok(true) = tokio::time::timeout(deadline, preface(&mut stream)).await {
-                    let _ = tx.send(Ok(PlainConn(stream, 0, address))).await;
+                    let _ = tx.send(Ok(PlainConn(stream, 0, Some(held)))).await;
                 }
             });
         }
@@ -361,10 +365,17 @@ fn shed(stream: TcpStream) {
 }
 
 /// A plaintext connection that passed the preface check; the second field
-/// counts the preface bytes already handed back to the server, the third is
-/// its address's slot until [`merge`] takes it over.
+/// counts the preface bytes already handed back to the server, the third
+/// holds its slots until [`merge`] takes them over.
 #[derive(Debug)]
-pub struct PlainConn(TcpStream, usize, Option<AddressSlot>);
+pub struct PlainConn(TcpStream, usize, Option<Held>);
+
+/// The slots a plaintext connection took at accept.
+#[derive(Debug)]
+pub struct Held {
+    slot: OwnedSemaphorePermit,
+    address: Option<AddressSlot>,
+}
 
 impl AsyncRead for PlainConn {
     fn poll_read(

@@ -271,16 +271,15 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
             (Some(reloader), listen::merge(streams, slots, per_address))
         }
         None => {
-            // Sockets waiting for their preface hold descriptors as
-            // handshaking ones do: the same budget.
-            let pending = Arc::new(tokio::sync::Semaphore::new(limits.max_handshakes));
+            // A socket waiting for its preface holds a connection slot
+            // already: it costs a descriptor as much as a served one.
             let streams = listeners
                 .into_iter()
                 .map(|l| {
                     listen::plaintext(
                         l,
                         Duration::from_secs(10),
-                        pending.clone(),
+                        slots.clone(),
                         per_address.clone(),
                     )
                 })
@@ -360,8 +359,8 @@ async fn wait_for_signal() {
     }
 }
 
-/// TLS handshakes (or plaintext prefaces) in flight at most, in total and
-/// per address, before sizing to the open-file limit.
+/// TLS handshakes in flight at most, in total and per address, before
+/// sizing to the open-file limit.
 pub const MAX_HANDSHAKES: usize = 1024;
 pub const MAX_HANDSHAKES_PER_ADDRESS: usize = 64;
 
@@ -385,32 +384,39 @@ pub struct Limits {
 }
 
 /// Fits `configured` into `nofile` descriptors, keeping [`FD_RESERVE`] for
-/// observation: a quarter of the rest for sockets in their handshake (or
-/// waiting for their preface), the others for served connections; one
-/// address gets at most an eighth of the connections, so a handful of
-/// addresses cannot fill the agent; a watcher holds a connection. Only
-/// ever lowers a limit (never to 0). Pure.
+/// observation: a quarter of the rest for sockets in their TLS handshake,
+/// the others for connections (plaintext ones from accept on). Where that
+/// lowered a total, one address gets at most an eighth of it, so a handful
+/// of addresses cannot fill the agent (a per-address cap of 0, none, stays).
+/// A watcher holds a connection. Only ever lowers a limit (never to 0).
+/// Pure.
 pub fn size_limits(nofile: u64, configured: Limits) -> Limits {
     let budget = usize::try_from(nofile.saturating_sub(FD_RESERVE))
         .unwrap_or(usize::MAX)
         .max(8);
     let max_handshakes = configured.max_handshakes.min(budget / 4).max(1);
     let max_connections = configured.max_connections.min(budget - budget / 4).max(1);
-    let cap_per_address = |configured: usize, of: usize| match configured {
+    // Where the descriptors lowered a total, one address gets at most an
+    // eighth of it; a total the operator set, and 0 (no cap), are left as
+    // the operator set them.
+    let cap_per_address = |per_address: usize, total: usize, wanted: usize| match per_address {
         0 => 0,
-        c => c.min((of / 8).max(1)),
+        c if total == wanted => c,
+        c => c.min((total / 8).max(1)),
     };
     Limits {
         max_connections,
         max_connections_per_address: cap_per_address(
             configured.max_connections_per_address,
             max_connections,
+            configured.max_connections,
         ),
         max_watchers: configured.max_watchers.min(max_connections).max(1),
         max_handshakes,
         max_handshakes_per_address: cap_per_address(
             configured.max_handshakes_per_address,
             max_handshakes,
+            configured.max_handshakes,
         ),
     }
 }
@@ -495,6 +501,13 @@ mod tests {
             max_handshakes_per_address: 2,
         };
         assert_eq!(size_limits(1024, small), small);
+        // A total the operator set below the budget keeps its per-address
+        // cap as set (no eighth of it).
+        let set = Limits {
+            max_connections: 50,
+            ..DEFAULTS
+        };
+        assert_eq!(size_limits(1024, set).max_connections_per_address, 256);
     }
 
     #[test]
