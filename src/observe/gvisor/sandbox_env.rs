@@ -223,6 +223,15 @@ mod tests {
     }
 
     #[test]
+    fn the_agents_own_status_is_readable_through_hostio() {
+        // procfs files are regular files: the capped reader takes them, so
+        // production reads a real mode, not a silent "unknown".
+        let status = hostio::read_capped(&SandboxEnv::default().self_status, MAX_STATUS_BYTES)
+            .expect("/proc/self/status");
+        assert!(seccomp_mode(&status).is_some(), "{status}");
+    }
+
+    #[test]
     fn cgroup_classification() {
         let dir = Path::new("/sys/fs/cgroup");
         use FsKind::*;
