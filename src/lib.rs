@@ -7,7 +7,8 @@
 //! [`evaluate`] → [`agent`] (serve) / [`probe`] and [`output`] (print) /
 //! [`fleet`] (ask many agents). [`sysctl_name`] is the pure naming rule both
 //! observation and evaluation use; [`text`] cleans what reaches a terminal.
-//! The library never parses flags, picks an exit code or exits the process:
+//! [`init`] is PID 1's duty (fork, reap, forward signals) when the binary
+//! starts as PID 1. The library never parses flags, picks an exit code or exits the process:
 //! that is the binary's CLI layer.
 
 pub mod agent;
@@ -15,6 +16,7 @@ pub mod evaluate;
 pub mod fleet;
 pub mod host;
 pub mod hostio;
+pub mod init;
 pub mod observe;
 pub mod output;
 pub mod probe;

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use crate::{
     proto::v1::{Gvisor, Probe, ProbeOutcome, Report, Sysctl, SysctlState, Verdict},
     report::{outcome_word, readiness_word, sysctl_display},
+    text::report_line,
 };
 
 const OK: &str = "✓";
@@ -90,6 +91,7 @@ pub fn report_table(r: &Report) -> String {
         );
     }
     let agent = r.agent.as_ref();
+    let incomplete = agent.map(|a| a.incomplete.as_slice()).unwrap_or_default();
     let _ = writeln!(
         out,
         "  agent {}, observed {}, generation {}, fingerprint {}",
@@ -101,6 +103,13 @@ pub fn report_table(r: &Report) -> String {
         r.generation,
         or_dash(&r.fingerprint)
     );
+    for note in incomplete {
+        let _ = writeln!(
+            out,
+            "  ! observation incomplete (the agent's own resources, last good value kept): {}",
+            report_line(note)
+        );
+    }
 
     if let Some(u) = &r.user_namespaces {
         let _ = writeln!(

@@ -227,7 +227,7 @@ fn bad_node_entries_and_flags_are_refused_before_anything_is_sent() {
         ),
         (
             args(&["-n", "10.0.0.1"]),
-            "node 10.0.0.1 (10.0.0.1:50100) is not a loopback address",
+            "node 10.0.0.1 (10.0.0.1:10150) is not a loopback address",
         ),
         (args(&[]), "no nodes: give -n/--nodes"),
         (

@@ -333,7 +333,8 @@ fn send_and_expect_close(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_on_the_port_is_shed_while_a_good_client_keeps_its_answers() {
     let _serial = SERIAL.lock().await;
-    let agent = Agent::start(None, &[]);
+    // Every connection comes from 127.0.0.1: lift the per-address cap.
+    let agent = Agent::start(None, &["--max-connections-per-address", "0"]);
     let addr = agent.addr;
     let prober = Prober::start(agent.url()).await;
     let mut rng = fastrand::Rng::with_seed(0x5eed_0006);
@@ -626,7 +627,8 @@ async fn ten_thousand_idle_connections_are_held_then_shed_while_a_good_client_is
         nofile as usize > N + 1000,
         "RLIMIT_NOFILE hard limit {nofile} is too low for {N} connections"
     );
-    let agent = Agent::start(None, &[]);
+    // Every connection comes from 127.0.0.1: lift the per-address cap.
+    let agent = Agent::start(None, &["--max-connections-per-address", "0"]);
     let addr = agent.addr;
     let pid = agent.pid();
     // The first observation (and its helper's pipes) is over: the fd count

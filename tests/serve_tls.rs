@@ -107,7 +107,7 @@ fn plaintext_outside_loopback_is_refused_at_startup() {
             vec!["serve", "--listen", "0.0.0.0:0"],
             "refusing plaintext on 0.0.0.0:0",
         ),
-        (vec!["serve"], "refusing plaintext on [::]:50100"),
+        (vec!["serve"], "refusing plaintext on [::]:10150"),
     ] {
         let start = Instant::now();
         let out = run({

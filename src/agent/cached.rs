@@ -270,6 +270,7 @@ mod tests {
                 cri_timeout: Duration::from_secs(1),
                 exec_timeout: Duration::from_secs(1),
                 sandbox_timeout: Duration::from_secs(1),
+                sandbox_env: Default::default(),
             },
         };
         let (_stop, shutdown) = tokio::sync::watch::channel(false);

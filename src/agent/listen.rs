@@ -1,11 +1,15 @@
 //! Listening sockets: many `--listen` addresses merged into one stream of
-//! connections, a cap on connections held at once, and (for plaintext) a
-//! deadline for the HTTP/2 preface so idle sockets cannot pile up.
+//! connections, a cap on connections held at once in total and per peer
+//! address (so a handful of addresses cannot take every slot), and (for
+//! plaintext) a deadline for the HTTP/2 preface so idle sockets cannot pile
+//! up.
 
 use std::{
+    collections::HashMap,
     io,
+    net::IpAddr,
     pin::Pin,
-    sync::Arc,
+    sync::{Arc, Mutex, PoisonError},
     task::{Context, Poll},
     time::Duration,
 };
@@ -101,11 +105,78 @@ impl AsyncWrite for Io {
     }
 }
 
-/// A connection that gives back its slot when dropped.
+/// Connections held at once per peer address ([`crate::tls::address_key`]:
+/// an IPv4 address or an IPv6 /64), from accept until the connection
+/// closes. Cloning shares the counts.
+#[derive(Debug, Clone)]
+pub struct PerAddress {
+    limit: usize,
+    counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl PerAddress {
+    /// At most `limit` connections per address; 0 = no cap.
+    pub fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            counts: Arc::default(),
+        }
+    }
+
+    /// A slot for a connection from `ip`, or `None` when its address holds
+    /// `limit` already. `Some(None)` without a cap.
+    pub fn take(&self, ip: IpAddr) -> Option<Option<AddressSlot>> {
+        if self.limit == 0 {
+            return Some(None);
+        }
+        let key = crate::tls::address_key(ip);
+        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = counts.entry(key).or_insert(0);
+        if *n >= self.limit {
+            return None;
+        }
+        *n += 1;
+        Some(Some(AddressSlot {
+            counts: Arc::clone(&self.counts),
+            key,
+        }))
+    }
+
+    /// Connections held now from `ip`'s address.
+    pub fn held(&self, ip: IpAddr) -> usize {
+        let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        counts
+            .get(&crate::tls::address_key(ip))
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// One connection's place in its address's count, given back on drop.
+#[derive(Debug)]
+pub struct AddressSlot {
+    counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    key: IpAddr,
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = counts.get_mut(&self.key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                counts.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// A connection that gives back its slots when dropped.
 #[derive(Debug)]
 pub struct Counted {
     inner: Io,
     _slot: OwnedSemaphorePermit,
+    _address: Option<AddressSlot>,
 }
 
 impl Connected for Counted {
@@ -155,10 +226,13 @@ impl AsyncWrite for Counted {
 }
 
 /// Merges per-listener connection streams into one, holding a slot of
-/// `slots` for each connection; connections beyond the cap are closed at once.
+/// `slots` and one of its address in `per_address` for each connection
+/// (a plaintext one brings its address slot from accept); connections
+/// beyond either cap are closed at once.
 pub fn merge<S, T>(
     streams: Vec<S>,
     slots: Arc<Semaphore>,
+    per_address: PerAddress,
 ) -> tokio_stream::wrappers::ReceiverStream<Result<Counted, io::Error>>
 where
     S: Stream<Item = Result<T, io::Error>> + Send + Unpin + 'static,
@@ -168,17 +242,37 @@ where
     for mut s in streams {
         let tx = tx.clone();
         let slots = slots.clone();
+        let per_address = per_address.clone();
         tokio::spawn(async move {
             while let Some(item) = s.next().await {
                 let Ok(conn) = item else { continue };
-                let Ok(slot) = slots.clone().try_acquire_owned() else {
-                    debug!("connection limit reached; closing a new connection");
-                    continue;
+                let mut inner: Io = conn.into();
+                let (slot, address) = match &mut inner {
+                    // Counted from accept on, slots taken there.
+                    Io::Plain(c) => match c.2.take() {
+                        Some(held) => (held.slot, held.address),
+                        None => continue,
+                    },
+                    Io::Tls(c) => {
+                        let Ok(peer) = c.get_ref().0.peer_addr() else {
+                            continue;
+                        };
+                        let Some(a) = per_address.take(peer.ip()) else {
+                            debug!(%peer, "per-address connection limit reached; closing a new connection");
+                            continue;
+                        };
+                        let Ok(slot) = slots.clone().try_acquire_owned() else {
+                            debug!("connection limit reached; closing a new connection");
+                            continue;
+                        };
+                        (slot, a)
+                    }
                 };
                 if tx
                     .send(Ok(Counted {
-                        inner: conn.into(),
+                        inner,
                         _slot: slot,
+                        _address: address,
                     }))
                     .await
                     .is_err()
@@ -193,16 +287,20 @@ where
 
 /// Plain TCP connections that sent the HTTP/2 preface within `deadline`.
 /// The check consumes the preface and [`PlainConn`] hands it back to the
-/// server, so the server still reads it itself.
+/// server, so the server still reads it itself. Each connection holds a
+/// slot of `slots` (the same connection cap [`merge`] applies) and one of
+/// its address in `per_address` from accept on, and carries them to
+/// [`merge`]: an idle socket costs a descriptor as much as a served one.
 pub fn plaintext(
     listener: TcpListener,
     deadline: Duration,
-    pending: Arc<Semaphore>,
+    slots: Arc<Semaphore>,
+    per_address: PerAddress,
 ) -> impl Stream<Item = Result<PlainConn, io::Error>> + Send + Unpin {
     let (tx, rx) = mpsc::channel::<Result<PlainConn, io::Error>>(64);
     tokio::spawn(async move {
         loop {
-            let (stream, _) = match listener.accept().await {
+            let (stream, peer) = match listener.accept().await {
                 Ok(s) => s,
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
@@ -211,7 +309,12 @@ pub fn plaintext(
                     continue;
                 }
             };
-            let Ok(permit) = pending.clone().try_acquire_owned() else {
+            let Some(address) = per_address.take(peer.ip()) else {
+                shed(stream);
+                continue;
+            };
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                shed(stream);
                 continue;
             };
             // A response goes out as several small writes (headers, data,
@@ -224,10 +327,10 @@ pub fn plaintext(
             }
             let tx = tx.clone();
             tokio::spawn(async move {
-                let _permit = permit;
+                let held = Held { slot, address };
                 let mut stream = stream;
                 if let Ok(true) = tokio::time::timeout(deadline, preface(&mut stream)).await {
-                    let _ = tx.send(Ok(PlainConn(stream, 0))).await;
+                    let _ = tx.send(Ok(PlainConn(stream, 0, Some(held)))).await;
                 }
             });
         }
@@ -255,10 +358,24 @@ async fn preface(stream: &mut TcpStream) -> bool {
     true
 }
 
+/// Closes a connection beyond a cap unanswered, with a reset: no TIME_WAIT
+/// socket stays behind on our side during a flood.
+fn shed(stream: TcpStream) {
+    let _ = stream.set_zero_linger();
+}
+
 /// A plaintext connection that passed the preface check; the second field
-/// counts the preface bytes already handed back to the server.
+/// counts the preface bytes already handed back to the server, the third
+/// holds its slots until [`merge`] takes them over.
 #[derive(Debug)]
-pub struct PlainConn(TcpStream, usize);
+pub struct PlainConn(TcpStream, usize, Option<Held>);
+
+/// The slots a plaintext connection took at accept.
+#[derive(Debug)]
+pub struct Held {
+    slot: OwnedSemaphorePermit,
+    address: Option<AddressSlot>,
+}
 
 impl AsyncRead for PlainConn {
     fn poll_read(
@@ -291,6 +408,7 @@ mod tests {
             listener,
             Duration::from_secs(5),
             Arc::new(Semaphore::new(4)),
+            PerAddress::new(0),
         );
         let mut client = TcpStream::connect(addr).await.unwrap();
         client.write_all(PREFACE).await.unwrap();
@@ -310,6 +428,7 @@ mod tests {
             listener,
             Duration::from_secs(5),
             Arc::new(Semaphore::new(4)),
+            PerAddress::new(0),
         );
         let mut client = TcpStream::connect(addr).await.unwrap();
         client.write_all(&PREFACE[..5]).await.unwrap();

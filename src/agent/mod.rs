@@ -46,8 +46,12 @@ pub struct ServeConfig {
     pub heartbeat: Duration,
     /// Most Watch streams open at once.
     pub max_watchers: usize,
-    /// Most connections held at once.
+    /// Most connections held at once (lowered to what the open-file limit
+    /// allows, see [`size_limits`]).
     pub max_connections: usize,
+    /// Most connections held at once from one IPv4 address or IPv6 /64
+    /// (0 = no cap; lowered with `max_connections`).
+    pub max_connections_per_address: usize,
     /// Most requests in progress at once, all connections together.
     pub max_concurrent_requests: usize,
     /// Deadline for a unary request.
@@ -130,21 +134,38 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
         return Err(ServeError::ZeroKeepalive("timeout"));
     }
     let desired = conf.desired.clone();
-    raise_fd_limit();
+    let nofile = raise_fd_limit();
+    let configured = Limits {
+        max_connections: conf.max_connections,
+        max_connections_per_address: conf.max_connections_per_address,
+        max_watchers: conf.max_watchers,
+        max_handshakes: MAX_HANDSHAKES,
+        max_handshakes_per_address: MAX_HANDSHAKES_PER_ADDRESS,
+    };
+    let limits = nofile.map_or(configured, |n| size_limits(n, configured));
+    info!(
+        open_files = nofile,
+        reserved_for_observation = FD_RESERVE,
+        max_connections = limits.max_connections,
+        max_connections_configured = configured.max_connections,
+        max_connections_per_address = limits.max_connections_per_address,
+        max_connections_per_address_configured = configured.max_connections_per_address,
+        max_watchers = limits.max_watchers,
+        max_watchers_configured = configured.max_watchers,
+        max_handshakes = limits.max_handshakes,
+        max_handshakes_configured = configured.max_handshakes,
+        "connection limits"
+    );
     let tls = match &conf.tls {
         Some(paths) => Some(ServerTls::load(paths.clone())?),
         None => None,
     };
     let mut listeners = Vec::new();
     for addr in &conf.listen {
-        let l = bind(*addr).map_err(|source| ServeError::Bind {
-            addr: *addr,
-            source,
-        })?;
-        // The bound address (port 0 asks the kernel for one): tests and
-        // operators read it here.
-        if let Ok(bound) = l.local_addr() {
-            info!(addr = %bound, "listening");
+        let l = bind_or_fall_back(*addr)?;
+        match l.local_addr() {
+            Ok(bound) => info!(addr = %bound, "listening"),
+            Err(e) => warn!(addr = %addr, "listening, but the bound address is unknown: {e}"),
         }
         listeners.push(l);
     }
@@ -178,7 +199,7 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
     let svc = service::Service::new(
         state.clone(),
         desired,
-        conf.max_watchers,
+        limits.max_watchers,
         conf.heartbeat,
         shutdown_rx.clone(),
     );
@@ -232,29 +253,38 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
             std::future::pending::<()>().await;
         }
     };
-    let slots = Arc::new(tokio::sync::Semaphore::new(conf.max_connections));
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let per_address = listen::PerAddress::new(limits.max_connections_per_address);
     // Both transports feed one connection type, so one server runs either way.
     let (_reloader, connections) = match tls {
         Some(tls) => {
             let reloader = tls.spawn_reloader(ReloadOptions::default())?;
-            let limits = AcceptLimits {
-                max_handshakes: 1024,
-                max_handshakes_per_ip: 64,
+            let accept = AcceptLimits {
+                max_handshakes: limits.max_handshakes,
+                max_handshakes_per_ip: limits.max_handshakes_per_address,
                 ..AcceptLimits::default()
             };
             let streams = listeners
                 .into_iter()
-                .map(|l| tls::incoming(l, tls.clone(), limits.clone()))
+                .map(|l| tls::incoming(l, tls.clone(), accept.clone()))
                 .collect();
-            (Some(reloader), listen::merge(streams, slots))
+            (Some(reloader), listen::merge(streams, slots, per_address))
         }
         None => {
-            let pending = Arc::new(tokio::sync::Semaphore::new(conf.max_connections));
+            // A socket waiting for its preface holds a connection slot
+            // already: it costs a descriptor as much as a served one.
             let streams = listeners
                 .into_iter()
-                .map(|l| listen::plaintext(l, Duration::from_secs(10), pending.clone()))
+                .map(|l| {
+                    listen::plaintext(
+                        l,
+                        Duration::from_secs(10),
+                        slots.clone(),
+                        per_address.clone(),
+                    )
+                })
                 .collect();
-            (None, listen::merge(streams, slots))
+            (None, listen::merge(streams, slots, per_address))
         }
     };
     let serve = router.serve_with_incoming_shutdown(connections, shutdown);
@@ -265,6 +295,38 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
         }
         () = grace => Ok(Stopped::GraceExpired),
     }
+}
+
+/// Binds `addr`; the IPv6 wildcard falls back to the IPv4 one on a node
+/// booted with `ipv6.disable=1`, where no IPv6 socket can be made.
+fn bind_or_fall_back(addr: SocketAddr) -> Result<TcpListener, ServeError> {
+    match bind(addr) {
+        Ok(l) => Ok(l),
+        Err(e) => match ipv4_fallback(addr, &e) {
+            Some(v4) => {
+                warn!(
+                    "cannot listen on {addr} ({e}): IPv6 is disabled on this node; listening on {v4} instead"
+                );
+                bind(v4).map_err(|source| ServeError::Bind { addr: v4, source })
+            }
+            None => Err(ServeError::Bind { addr, source: e }),
+        },
+    }
+}
+
+/// Where to listen instead of `addr` after `err`: the IPv4 wildcard on the
+/// same port, only for the IPv6 wildcard and only when the error says IPv6
+/// is unavailable (EAFNOSUPPORT from socket(2) with `ipv6.disable=1`,
+/// EADDRNOTAVAIL from bind(2)). Any other address or error stays an error:
+/// the operator asked for exactly that address. Pure.
+pub fn ipv4_fallback(addr: SocketAddr, err: &std::io::Error) -> Option<SocketAddr> {
+    let wildcard_v6 = matches!(addr, SocketAddr::V6(a) if a.ip().is_unspecified());
+    let v6_unavailable = matches!(
+        err.raw_os_error(),
+        Some(libc::EAFNOSUPPORT | libc::EADDRNOTAVAIL)
+    );
+    (wildcard_v6 && v6_unavailable)
+        .then(|| SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, addr.port())))
 }
 
 /// Binds with a deep accept backlog: during a connection flood a good
@@ -297,15 +359,193 @@ async fn wait_for_signal() {
     }
 }
 
-/// Many watchers and connections need file descriptors: raise the soft
-/// limit to the hard one (a no-op where it already is).
-fn raise_fd_limit() {
+/// TLS handshakes in flight at most, in total and per address, before
+/// sizing to the open-file limit.
+pub const MAX_HANDSHAKES: usize = 1024;
+pub const MAX_HANDSHAKES_PER_ADDRESS: usize = 64;
+
+/// Descriptors never given to connections: the probe helper's and runsc's
+/// pipes, CRI connections, /proc and /sys reads, drop-in files, the
+/// listeners, the TLS files and the runtime's own.
+pub const FD_RESERVE: u64 = 128;
+
+/// The open-file limit the agent raises its hard limit to where it may
+/// (CAP_SYS_RESOURCE), never above `fs.nr_open`.
+pub const WANTED_NOFILE: u64 = 65_536;
+
+/// The connection limits that depend on descriptors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_connections: usize,
+    pub max_connections_per_address: usize,
+    pub max_watchers: usize,
+    pub max_handshakes: usize,
+    pub max_handshakes_per_address: usize,
+}
+
+/// Fits `configured` into `nofile` descriptors, keeping [`FD_RESERVE`] for
+/// observation: a quarter of the rest for sockets in their TLS handshake,
+/// the others for connections (plaintext ones from accept on). Where that
+/// lowered a total, one address gets at most an eighth of it, so a handful
+/// of addresses cannot fill the agent (a per-address cap of 0, none, stays).
+/// A watcher holds a connection. Only ever lowers a limit (never to 0).
+/// Pure.
+pub fn size_limits(nofile: u64, configured: Limits) -> Limits {
+    let budget = usize::try_from(nofile.saturating_sub(FD_RESERVE))
+        .unwrap_or(usize::MAX)
+        .max(8);
+    let max_handshakes = configured.max_handshakes.min(budget / 4).max(1);
+    let max_connections = configured.max_connections.min(budget - budget / 4).max(1);
+    // Where the descriptors lowered a total, one address gets at most an
+    // eighth of it; a total the operator set, and 0 (no cap), are left as
+    // the operator set them.
+    let cap_per_address = |per_address: usize, total: usize, wanted: usize| match per_address {
+        0 => 0,
+        c if total == wanted => c,
+        c => c.min((total / 8).max(1)),
+    };
+    Limits {
+        max_connections,
+        max_connections_per_address: cap_per_address(
+            configured.max_connections_per_address,
+            max_connections,
+            configured.max_connections,
+        ),
+        max_watchers: configured.max_watchers.min(max_connections).max(1),
+        max_handshakes,
+        max_handshakes_per_address: cap_per_address(
+            configured.max_handshakes_per_address,
+            max_handshakes,
+            configured.max_handshakes,
+        ),
+    }
+}
+
+/// The hard limit to ask for: [`WANTED_NOFILE`] (at most `nr_open`) when the
+/// current hard limit is lower, else the current one. Pure.
+pub fn nofile_target(hard: u64, nr_open: Option<u64>) -> u64 {
+    let wanted = nr_open.map_or(WANTED_NOFILE, |n| WANTED_NOFILE.min(n));
+    hard.max(wanted)
+}
+
+/// Raises the open-file limit as far as the agent may: the hard limit to
+/// [`nofile_target`] where CAP_SYS_RESOURCE allows, else the soft limit to
+/// the hard one. Returns the soft limit in force afterwards (`None` when it
+/// cannot be read).
+fn raise_fd_limit() -> Option<u64> {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    let nr_open = crate::hostio::read_value(std::path::Path::new("/proc/sys/fs/nr_open"), 64)
+        .ok()
+        .and_then(|v| v.trim().parse().ok());
+    let target = nofile_target(hard, nr_open);
+    if target > hard {
+        match setrlimit(Resource::RLIMIT_NOFILE, target, target) {
+            Ok(()) => info!("raised the open-file limit from {soft}:{hard} to {target}:{target}"),
+            // EPERM without CAP_SYS_RESOURCE: the soft limit still rises.
+            Err(e) => info!("cannot raise the open-file hard limit from {hard} to {target} ({e}); raising only the soft limit"),
+        }
+    }
     if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
         if soft < hard {
             if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
                 warn!("cannot raise the open-file limit from {soft} to {hard}: {e}");
             }
+        }
+    }
+    getrlimit(Resource::RLIMIT_NOFILE)
+        .ok()
+        .map(|(soft, _)| soft)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Error;
+
+    const DEFAULTS: Limits = Limits {
+        max_connections: 16_384,
+        max_connections_per_address: 256,
+        max_watchers: 4096,
+        max_handshakes: MAX_HANDSHAKES,
+        max_handshakes_per_address: MAX_HANDSHAKES_PER_ADDRESS,
+    };
+
+    #[test]
+    fn limits_fit_1024_descriptors_with_a_reserve() {
+        let l = size_limits(1024, DEFAULTS);
+        let fds_for_sockets = l.max_connections + l.max_handshakes;
+        assert!(
+            fds_for_sockets as u64 + FD_RESERVE <= 1024,
+            "{l:?} leaves no reserve"
+        );
+        assert_eq!(l.max_handshakes, 224);
+        assert_eq!(l.max_connections, 672);
+        assert_eq!(l.max_watchers, 672);
+        // A handful of addresses cannot fill it.
+        assert_eq!(l.max_connections_per_address, 84);
+        assert!(l.max_connections_per_address * 4 < l.max_connections);
+        assert_eq!(l.max_handshakes_per_address, 28);
+    }
+
+    #[test]
+    fn a_generous_limit_keeps_the_configured_values() {
+        assert_eq!(size_limits(65_536, DEFAULTS), DEFAULTS);
+        assert_eq!(size_limits(1 << 20, DEFAULTS), DEFAULTS);
+        // Sizing never raises a configured value.
+        let small = Limits {
+            max_connections: 10,
+            max_connections_per_address: 0,
+            max_watchers: 5,
+            max_handshakes: 16,
+            max_handshakes_per_address: 2,
+        };
+        assert_eq!(size_limits(1024, small), small);
+        // A total the operator set below the budget keeps its per-address
+        // cap as set (no eighth of it).
+        let set = Limits {
+            max_connections: 50,
+            ..DEFAULTS
+        };
+        assert_eq!(size_limits(1024, set).max_connections_per_address, 256);
+    }
+
+    #[test]
+    fn a_tiny_limit_still_serves() {
+        let l = size_limits(16, DEFAULTS);
+        assert!(l.max_connections >= 1 && l.max_handshakes >= 1 && l.max_watchers >= 1);
+        assert!(l.max_connections_per_address >= 1);
+    }
+
+    #[test]
+    fn the_hard_limit_target_respects_nr_open() {
+        assert_eq!(nofile_target(1024, Some(1_048_576)), WANTED_NOFILE);
+        assert_eq!(nofile_target(1024, Some(4096)), 4096);
+        assert_eq!(nofile_target(1024, None), WANTED_NOFILE);
+        // Never lowers what is already there.
+        assert_eq!(nofile_target(1_048_576, Some(1_048_576)), 1_048_576);
+    }
+
+    #[test]
+    fn only_the_ipv6_wildcard_falls_back_and_only_when_ipv6_is_unavailable() {
+        let wildcard: SocketAddr = "[::]:10150".parse().unwrap_or_else(|_| unreachable!());
+        let v4: SocketAddr = "0.0.0.0:10150".parse().unwrap_or_else(|_| unreachable!());
+        let no_family = Error::from_raw_os_error(libc::EAFNOSUPPORT);
+        let no_addr = Error::from_raw_os_error(libc::EADDRNOTAVAIL);
+        let in_use = Error::from_raw_os_error(libc::EADDRINUSE);
+        assert_eq!(ipv4_fallback(wildcard, &no_family), Some(v4));
+        assert_eq!(ipv4_fallback(wildcard, &no_addr), Some(v4));
+        // Another reason to fail is not about IPv6.
+        assert_eq!(ipv4_fallback(wildcard, &in_use), None);
+        // An address the operator named is kept, whatever the error.
+        for other in [
+            "[::1]:10150",
+            "[fd00::1]:10150",
+            "0.0.0.0:10150",
+            "127.0.0.1:10150",
+        ] {
+            let a: SocketAddr = other.parse().unwrap_or_else(|_| unreachable!());
+            assert_eq!(ipv4_fallback(a, &no_family), None, "{other}");
         }
     }
 }

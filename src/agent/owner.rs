@@ -80,8 +80,10 @@ pub(crate) async fn start(
     let mut gens = Generations::default();
     let mut first = source.observe(Scope::default(), base.clone(), None).await;
     counters.observations.fetch_add(1, Ordering::Relaxed);
+    let incomplete = report::keep_last_good(&Report::default(), &mut first);
     finish(&mut first, &started_at, &mut gens);
     stamp_counters(&mut first, &counters);
+    note_incomplete(&mut first, incomplete);
     log_first(&first);
     let (tx, rx) = watch::channel(Arc::new(first));
     let owner = Owner {
@@ -235,10 +237,14 @@ impl Owner {
     fn sysctls_changed(&self) -> bool {
         let now = self.source.sysctls(&self.extra_names());
         let current = self.tx.borrow();
-        now.iter().any(|s| {
-            report::find_sysctl(&current, &s.name).map(|c| (c.state, c.value.as_str()))
-                != Some((s.state, s.value.as_str()))
-        })
+        // A read that failed for want of the agent's own descriptors says
+        // nothing about the node.
+        now.iter()
+            .filter(|s| !report::sysctl_read_hit_agent_limits(s))
+            .any(|s| {
+                report::find_sysctl(&current, &s.name).map(|c| (c.state, c.value.as_str()))
+                    != Some((s.state, s.value.as_str()))
+            })
     }
 
     fn spawn(&mut self, sandbox: bool) -> Running {
@@ -297,13 +303,27 @@ impl Owner {
             self.last_sandbox = Some(started);
         }
         self.fill_tracked(&mut report);
-        self.store(report)
+        let incomplete = report::keep_last_good(&self.tx.borrow(), &mut report);
+        self.store_noting(report, incomplete)
+    }
+
+    /// [`Self::store`], saying what the observation missed (outside the
+    /// fingerprint: it is about the agent, not the node).
+    fn store_noting(&mut self, report: Report, incomplete: Vec<String>) -> Arc<Report> {
+        let mut report = report;
+        let changed = finish(&mut report, &self.started_at, &mut self.gens);
+        note_incomplete(&mut report, incomplete);
+        self.store_stamped(report, changed)
     }
 
     /// Stores `report` as the newest; wakes watchers only when something
     /// observed changed (`observed_at` moves on every observation anyway).
     fn store(&mut self, mut report: Report) -> Arc<Report> {
         let changed = finish(&mut report, &self.started_at, &mut self.gens);
+        self.store_stamped(report, changed)
+    }
+
+    fn store_stamped(&mut self, mut report: Report, changed: bool) -> Arc<Report> {
         stamp_counters(&mut report, &self.counters);
         let report = Arc::new(report);
         if changed {
@@ -338,6 +358,18 @@ fn stamp_counters(report: &mut Report, counters: &Counters) {
     let agent = report.agent.get_or_insert_with(Default::default);
     agent.observations = counters.observations.load(Ordering::Relaxed);
     agent.sandbox_probes = counters.sandbox_probes.load(Ordering::Relaxed);
+}
+
+/// Records (and logs) what the observation could not read because the
+/// agent ran out of its own resources.
+fn note_incomplete(report: &mut Report, incomplete: Vec<String>) {
+    if !incomplete.is_empty() {
+        warn!(
+            missed = ?incomplete,
+            "observation incomplete: the agent ran out of its own resources; the last good values are kept"
+        );
+    }
+    report.agent.get_or_insert_with(Default::default).incomplete = incomplete;
 }
 
 fn log_first(r: &Report) {

@@ -12,7 +12,7 @@ use clap::{Args, ValueEnum};
 use sandbox_readiness::{
     evaluate::{self, DesiredError},
     host::HostPaths,
-    observe::{GvisorConfig, ObserveConfig},
+    observe::{gvisor::SandboxEnv, GvisorConfig, ObserveConfig},
     proto::v1::{DesiredState, SysctlExpectation},
 };
 
@@ -123,6 +123,11 @@ pub struct HostArgs {
     /// Deadline for the user namespace / idmap probe helper.
     #[arg(long, default_value = "5s", value_parser = parse_positive_duration, env = "SANDBOX_READINESS_PROBE_TIMEOUT")]
     pub probe_timeout: Duration,
+    /// Tests only: read the agent's own /proc/self/status, /sys/fs/cgroup and
+    /// sandbox root (which decide whether runsc can run at all) under DIR
+    /// instead of /.
+    #[arg(long, hide = true, value_name = "DIR")]
+    pub self_root_for_tests: Option<PathBuf>,
 }
 
 impl HostArgs {
@@ -152,6 +157,11 @@ impl HostArgs {
             cri_timeout: self.cri_timeout,
             exec_timeout: self.exec_timeout,
             sandbox_timeout: self.sandbox_timeout,
+            sandbox_env: self
+                .self_root_for_tests
+                .as_deref()
+                .map(SandboxEnv::under)
+                .unwrap_or_default(),
         };
         ObserveConfig {
             paths,

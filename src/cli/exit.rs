@@ -75,3 +75,9 @@ impl Outcome {
 pub fn helper_status(status: i32) -> ExitCode {
     ExitCode::from(u8::try_from(status).unwrap_or(1))
 }
+
+/// PID 1's supervisor exits with the agent's status (already a shell-style
+/// code: the agent's own, or 128 + the signal that killed it).
+pub fn supervisor_status(code: u8) -> ExitCode {
+    ExitCode::from(code)
+}

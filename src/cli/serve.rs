@@ -19,10 +19,10 @@ const WHO: &str = "sandbox-readiness serve";
 /// Flags of `serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// Address to listen on (repeatable). Outside loopback mTLS is required.
+    /// Address to listen on (repeatable). Outside loopback mTLS is required. The default [::] falls back to 0.0.0.0 where IPv6 is disabled.
     #[arg(
         long = "listen",
-        default_value = "[::]:50100",
+        default_value = "[::]:10150",
         env = "SANDBOX_READINESS_LISTEN",
         value_delimiter = ','
     )]
@@ -54,13 +54,21 @@ pub struct ServeArgs {
     /// Most Watch streams open at once.
     #[arg(long, default_value_t = 4096, env = "SANDBOX_READINESS_MAX_WATCHERS")]
     pub max_watchers: usize,
-    /// Most connections held at once.
+    /// Most connections held at once (lowered to fit the open-file limit).
     #[arg(
         long,
         default_value_t = 16384,
         env = "SANDBOX_READINESS_MAX_CONNECTIONS"
     )]
     pub max_connections: usize,
+    /// Most connections held at once from one IPv4 address or IPv6 /64 (0 = no cap; hidden: for tuning).
+    #[arg(
+        long,
+        hide = true,
+        default_value_t = 256,
+        env = "SANDBOX_READINESS_MAX_CONNECTIONS_PER_ADDRESS"
+    )]
+    pub max_connections_per_address: usize,
     /// Most requests in progress at once, all connections together.
     #[arg(
         long,
@@ -106,6 +114,7 @@ impl ServeArgs {
             heartbeat: self.heartbeat,
             max_watchers: self.max_watchers,
             max_connections: self.max_connections,
+            max_connections_per_address: self.max_connections_per_address,
             max_concurrent_requests: self.max_concurrent_requests,
             request_timeout: self.request_timeout,
             keepalive_interval: self.keepalive_interval,

@@ -15,8 +15,12 @@ use std::{
 use serde_json::Value;
 use thiserror::Error;
 
-/// The agent's default port.
-pub const DEFAULT_PORT: u16 = 50100;
+/// The agent's default port: below the ephemeral range (32768–60999), so an
+/// outgoing connection never holds it when the agent restarts, and used by
+/// none of Talos, Kubernetes, Cilium, kube-ovn, LINSTOR/DRBD, KubeVirt or
+/// node-exporter. Earlier builds listened on 50100 (see the README for
+/// fleets that mix versions).
+pub const DEFAULT_PORT: u16 = 10150;
 
 /// Longer entries are refused: the longest DNS name (253) plus a port fits.
 const MAX_ENTRY_CHARS: usize = 300;
@@ -127,7 +131,7 @@ pub enum EntryError {
     BadIpv6(String),
     #[error("{0:?}: IPv6 zone ids (%IFACE) are not supported")]
     Zone(String),
-    #[error("{0:?}: write IPv6 addresses in brackets, e.g. [{1}] or [{1}]:50100")]
+    #[error("{0:?}: write IPv6 addresses in brackets, e.g. [{1}] or [{1}]:10150")]
     BareIpv6(String, String),
     #[error("{0:?}: unexpected text after ']' (expected :PORT)")]
     AfterBracket(String),

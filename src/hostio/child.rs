@@ -78,13 +78,15 @@ pub struct Ran {
     pub elapsed: Duration,
 }
 
+/// The PATH [`minimal_env`] gives a child: the agent's own, else a standard one.
+pub fn child_path() -> OsString {
+    std::env::var_os("PATH").unwrap_or_else(|| OsString::from(FALLBACK_PATH))
+}
+
 /// Clears the environment of `cmd`, keeping only PATH (or a standard one).
 pub fn minimal_env(cmd: &mut Command) {
     cmd.env_clear();
-    cmd.env(
-        "PATH",
-        std::env::var_os("PATH").unwrap_or_else(|| OsString::from(FALLBACK_PATH)),
-    );
+    cmd.env("PATH", child_path());
 }
 
 /// Runs `cmd` in its own process group with stdin closed, capturing output

@@ -10,7 +10,7 @@
 pub mod child;
 pub mod file;
 
-pub use child::{describe_status, last_line, minimal_env, run, Capture, Keep, Ran};
+pub use child::{child_path, describe_status, last_line, minimal_env, run, Capture, Keep, Ran};
 pub use file::{
     open_capped, read_capped, read_capped_bytes, read_operator_file, read_value, CappedReader,
     ReadError,

@@ -48,6 +48,9 @@ pub struct GvisorConfig {
     pub cri_timeout: Duration,
     pub exec_timeout: Duration,
     pub sandbox_timeout: Duration,
+    /// The agent's own view of what `runsc do` needs (not the host's:
+    /// runsc runs as the agent's child); the default is the real one.
+    pub sandbox_env: gvisor::SandboxEnv,
 }
 
 /// What one observation includes.

@@ -7,11 +7,13 @@
 //! of an unchanged node have the same fingerprint and the generation only
 //! moves when the node really changed.
 
+pub mod carry;
 pub mod derive;
 pub mod gvisor;
 pub mod names;
 pub mod preconditions;
 
+pub use carry::{is_agent_resource_errno, keep_last_good, sysctl_read_hit_agent_limits};
 pub use derive::{derive, Facts};
 
 use prost::Message;

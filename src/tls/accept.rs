@@ -32,8 +32,8 @@ pub struct AcceptLimits {
     pub handshake_timeout: Duration,
     /// Handshakes in flight at once, over all peers (at least 1).
     pub max_handshakes: usize,
-    /// Handshakes in flight at once from one IP address; 0 = no per-address
-    /// cap.
+    /// Handshakes in flight at once from one IPv4 address or IPv6 /64
+    /// ([`address_key`]); 0 = no per-address cap.
     pub max_handshakes_per_ip: usize,
 }
 
@@ -353,6 +353,21 @@ async fn on_accept_error(err: &std::io::Error, stats: &AcceptStats, quiet: &Quie
 
 type PerIp = Arc<Mutex<HashMap<IpAddr, usize>>>;
 
+/// What per-address caps count by: an IPv4 address, or the /64 of an IPv6
+/// one (a single host is usually given a whole /64, so counting each IPv6
+/// address alone would let one host take every slot). An IPv4 peer on a
+/// dual-stack socket arrives as ::ffff:a.b.c.d and counts as that IPv4
+/// address.
+pub fn address_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(bits.into())
+        }
+        v4 => v4,
+    }
+}
+
 /// One handshake slot of one peer address, given back on drop.
 struct IpSlot {
     map: PerIp,
@@ -364,8 +379,7 @@ impl IpSlot {
         if limit == 0 {
             return Some(None);
         }
-        // An IPv4 peer on a dual-stack socket arrives as ::ffff:a.b.c.d.
-        let ip = ip.to_canonical();
+        let ip = address_key(ip);
         let mut counts = map.lock().unwrap_or_else(PoisonError::into_inner);
         let count = counts.entry(ip).or_insert(0);
         if *count >= limit {

@@ -81,7 +81,8 @@ mod pem;
 mod server;
 
 pub use accept::{
-    incoming, incoming_plain, AcceptCounts, AcceptLimits, AcceptStats, PlainIncoming, TlsIncoming,
+    address_key, incoming, incoming_plain, AcceptCounts, AcceptLimits, AcceptStats, PlainIncoming,
+    TlsIncoming,
 };
 pub use client::{client_tls_config, CLIENT_HANDSHAKE_TIMEOUT};
 pub use error::TlsError;

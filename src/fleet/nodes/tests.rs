@@ -12,19 +12,19 @@ fn addr(n: &Node) -> String {
 #[test]
 fn entry_forms() {
     let cases = [
-        ("node-1", "node-1", "node-1:50100"),
+        ("node-1", "node-1", "node-1:10150"),
         (
             "Node-1.Example.COM",
             "node-1.example.com",
-            "node-1.example.com:50100",
+            "node-1.example.com:10150",
         ),
         ("node-1:7000", "node-1:7000", "node-1:7000"),
-        ("10.0.0.1", "10.0.0.1", "10.0.0.1:50100"),
+        ("10.0.0.1", "10.0.0.1", "10.0.0.1:10150"),
         ("10.0.0.1:1", "10.0.0.1:1", "10.0.0.1:1"),
-        ("[::1]", "[::1]", "[::1]:50100"),
+        ("[::1]", "[::1]", "[::1]:10150"),
         ("[fd00::0001]:65535", "[fd00::1]:65535", "[fd00::1]:65535"),
-        ("  localhost  ", "localhost", "localhost:50100"),
-        ("host.", "host.", "host.:50100"),
+        ("  localhost  ", "localhost", "localhost:10150"),
+        ("host.", "host.", "host.:10150"),
     ];
     for (input, name, address) in cases {
         let n = parse_entry(input, DEFAULT_PORT).unwrap();
@@ -55,7 +55,7 @@ fn hostile_entries_are_refused_clearly() {
         ("[fe80::1%eth0]", "zone ids"),
         ("fe80::1%eth0", "zone ids"),
         ("::1", "write IPv6 addresses in brackets, e.g. [::1]"),
-        ("fd00::1:50100", "in brackets"),
+        ("fd00::1:10150", "in brackets"),
         ("a b", "whitespace"),
         ("a\u{1b}[2J", "control character"),
         ("http://host:1", "looks like a URL"),
@@ -102,7 +102,7 @@ fn list_and_file_errors_name_the_position() {
 
 #[test]
 fn dedupe_keeps_first_label() {
-    let mut nodes = parse_list("a,A,a:50100,b,a:1", DEFAULT_PORT).unwrap();
+    let mut nodes = parse_list("a,A,a:10150,b,a:1", DEFAULT_PORT).unwrap();
     nodes.insert(0, Node::new("worker-a", nodes[0].address.clone().unwrap()));
     let d = dedupe(nodes);
     let names: Vec<_> = d.iter().map(|n| n.name.as_str()).collect();

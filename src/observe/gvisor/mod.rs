@@ -16,6 +16,7 @@ pub mod binaries;
 pub mod drop_ins;
 pub mod preconditions;
 pub mod sandbox;
+pub mod sandbox_env;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -27,6 +28,7 @@ pub use drop_ins::{
 };
 pub use preconditions::observe_kvm;
 pub use sandbox::sandbox_probe;
+pub use sandbox_env::SandboxEnv;
 // The names live with the report, which derives from them; re-exported so
 // the observer's users find them here too.
 pub use crate::report::names::{
@@ -101,7 +103,17 @@ impl GvisorObserver {
         );
         let (drop_ins, configured_handlers) = observe_drop_ins(&g.cri_conf_dir, paths);
         let kvm_present = observe_kvm(paths);
-        let sandbox = if scope.sandbox {
+        let blockers = if scope.sandbox {
+            g.sandbox_env.blockers()
+        } else {
+            Vec::new()
+        };
+        let sandbox = if !blockers.is_empty() {
+            skipped(format!(
+                "runsc cannot start a sandbox where the agent runs, whatever the node can do: {}",
+                blockers.join("; ")
+            ))
+        } else if scope.sandbox {
             let platform = configured_handlers
                 .iter()
                 .find(|h| h.name == RUNSC)

@@ -86,6 +86,18 @@ fn child(fd: BorrowedFd<'_>) -> ! {
     unsafe { libc::_exit(0) }
 }
 
+/// The uid/gid map written for the probe's user namespace, and the outside
+/// id its root maps to.
+pub fn id_map(initial: bool) -> (&'static str, u32) {
+    // Kubernetes gives each pod 65536 ids; outside the initial namespace only
+    // the ids mapped into ours can be mapped again, so map root alone.
+    if initial {
+        ("0 65536 65536\n", 65536)
+    } else {
+        ("0 0 1\n", 0)
+    }
+}
+
 /// Creates a user namespace in a forked child, writes its uid/gid maps from
 /// here (as a container runtime does), and checks the child sees itself as
 /// root.
@@ -139,13 +151,7 @@ pub fn probe_userns(initial: bool) -> (RawProbe, Option<ParkedNs>) {
             );
         }
     }
-    // Kubernetes gives each pod 65536 ids; outside the initial namespace only
-    // the ids mapped into ours can be mapped again, so map root alone.
-    let map = if initial {
-        "0 65536 65536\n"
-    } else {
-        "0 0 1\n"
-    };
+    let (map, _) = id_map(initial);
     for file in ["uid_map", "gid_map"] {
         if let Err(e) = fs::write(format!("/proc/{pid}/{file}"), map) {
             reap(pid);
@@ -204,21 +210,38 @@ pub fn probe_userns(initial: bool) -> (RawProbe, Option<ParkedNs>) {
     (ok, Some(parked))
 }
 
-/// Creates a detached tmpfs in a private mount namespace and idmaps a clone
-/// of it with the user namespace `userns`.
-pub fn probe_idmap(userns: BorrowedFd<'_>) -> RawProbe {
-    match idmap(userns) {
+/// Creates a detached tmpfs in a private mount namespace and idmaps it with
+/// the user namespace `userns`, whose root is `mapped_root` outside. A file
+/// the helper (uid 0) creates must then show as `mapped_root` through the
+/// mount. `release` is the kernel release, for explaining a refusal.
+pub fn probe_idmap(userns: BorrowedFd<'_>, mapped_root: u32, release: Option<&str>) -> RawProbe {
+    match idmap(userns, mapped_root) {
         Ok(detail) => RawProbe {
             passed: true,
             message: format!("idmapped a tmpfs with mount_setattr(MOUNT_ATTR_IDMAP){detail}"),
             ..RawProbe::default()
         },
-        Err((step, e)) => fail(e, explain_idmap_errno(step, e as i32)),
+        Err(IdmapError::Syscall(step, e)) => fail(e, explain_idmap_errno(step, e as i32, release)),
+        Err(IdmapError::WrongOwner { before, after }) => fail(
+            Errno::UnknownErrno,
+            format!(
+                "mount_setattr(MOUNT_ATTR_IDMAP) succeeded, but a file owned by uid {before} shows as uid {after} through the mount instead of uid {mapped_root}"
+            ),
+        ),
     }
 }
 
-fn idmap(userns: BorrowedFd<'_>) -> Result<String, (&'static str, Errno)> {
-    let at = |step: &'static str| move |e: Errno| (step, e);
+enum IdmapError {
+    Syscall(&'static str, Errno),
+    /// The mount was idmapped, but ownership through it is not translated.
+    WrongOwner {
+        before: u32,
+        after: u32,
+    },
+}
+
+fn idmap(userns: BorrowedFd<'_>, mapped_root: u32) -> Result<String, IdmapError> {
+    let at = |step: &'static str| move |e: Errno| IdmapError::Syscall(step, e);
     // A private mount namespace: fsopen needs CAP_SYS_ADMIN over the current
     // one, and nothing we do must be visible outside.
     unshare(CloneFlags::CLONE_NEWNS).map_err(at("unshare"))?;
@@ -233,16 +256,23 @@ fn idmap(userns: BorrowedFd<'_>) -> Result<String, (&'static str, Errno)> {
     )
     .map_err(at("create file on tmpfs"))?;
     drop(file);
-    // Idmap a clone, as container runtimes do, rather than the original.
-    let tree = mount_api::open_tree_clone(mnt.as_fd()).map_err(at("open_tree"))?;
-    mount_api::mount_setattr_idmap(tree.as_fd(), userns).map_err(at("mount_setattr"))?;
-    let owner = |dir: &OwnedFd| {
+    let owner = |dir: &OwnedFd, step: &'static str| {
         fstatat(dir, c"probe", nix::fcntl::AtFlags::empty())
-            .ok()
             .map(|st| st.st_uid)
+            .map_err(at(step))
     };
-    Ok(match (owner(&mnt), owner(&tree)) {
-        (Some(a), Some(b)) => format!("; a file owned by uid {a} shows as uid {b} through it"),
-        _ => String::new(),
-    })
+    let before = owner(&mnt, "stat file on tmpfs")?;
+    // Idmap the fsmount() descriptor itself: it is detached and never
+    // attached, which is what mount_setattr(MOUNT_ATTR_IDMAP) requires, and
+    // it works from 5.12 on. Cloning it first with open_tree(OPEN_TREE_CLONE)
+    // is refused (EINVAL) before 6.15, which allows cloning only mounts of
+    // the caller's own mount namespace.
+    mount_api::mount_setattr_idmap(mnt.as_fd(), userns).map_err(at("mount_setattr"))?;
+    let after = owner(&mnt, "stat file through the idmapped mount")?;
+    if before != 0 || after != mapped_root {
+        return Err(IdmapError::WrongOwner { before, after });
+    }
+    Ok(format!(
+        "; a file owned by uid {before} shows as uid {after} through it"
+    ))
 }

@@ -25,6 +25,9 @@ use crate::{
 /// A uid_map has at most 340 lines (the kernel's limit); far below this.
 const MAX_UID_MAP_BYTES: usize = 32 * 1024;
 
+/// A kernel release string is a few dozen bytes.
+const MAX_RELEASE_BYTES: usize = 256;
+
 /// The hidden subcommand that runs the probes.
 pub const HELPER_ARG: &str = "__probe-userns";
 
@@ -78,6 +81,7 @@ pub async fn observe(exe: &Path, timeout: Duration) -> (Probe, Probe) {
         Ok(c) => c,
         Err(e) => {
             return both_error(
+                e.raw_os_error().unwrap_or(0),
                 format!("cannot start the probe helper {}: {e}", exe.display()),
                 start,
             )
@@ -85,9 +89,16 @@ pub async fn observe(exe: &Path, timeout: Duration) -> (Probe, Probe) {
     };
     let out = match tokio::time::timeout(timeout, child.wait_with_output()).await {
         Ok(Ok(out)) => out,
-        Ok(Err(e)) => return both_error(format!("probe helper failed: {e}"), start),
+        Ok(Err(e)) => {
+            return both_error(
+                e.raw_os_error().unwrap_or(0),
+                format!("probe helper failed: {e}"),
+                start,
+            )
+        }
         Err(_) => {
             return both_error(
+                libc::ETIMEDOUT,
                 format!(
                     "probe helper did not finish within {}",
                     humantime::format_duration(timeout)
@@ -100,14 +111,15 @@ pub async fn observe(exe: &Path, timeout: Duration) -> (Probe, Probe) {
     match serde_json::from_str::<HelperOutput>(text.trim()) {
         Ok(h) => (to_probe(&h.userns), to_probe(&h.idmap)),
         Err(e) => both_error(
+            0,
             format!("probe helper answered badly ({}): {e}", out.status),
             start,
         ),
     }
 }
 
-fn both_error(message: String, start: Instant) -> (Probe, Probe) {
-    let p = probe(ProbeOutcome::Error, 0, message, start.elapsed());
+fn both_error(errno: i32, message: String, start: Instant) -> (Probe, Probe) {
+    let p = probe(ProbeOutcome::Error, errno, message, start.elapsed());
     (p.clone(), p)
 }
 
@@ -138,7 +150,13 @@ pub fn helper_main() -> i32 {
     userns.micros = micros(start);
     let start = Instant::now();
     let mut idmap = match &ns {
-        Some(ns) => helper::probe_idmap(ns.fd.as_fd()),
+        Some(ns) => {
+            // Only to explain a refusal; the release is global, so the
+            // agent's own /proc is right even inside a container.
+            let release =
+                hostio::read_value(Path::new("/proc/sys/kernel/osrelease"), MAX_RELEASE_BYTES).ok();
+            helper::probe_idmap(ns.fd.as_fd(), helper::id_map(initial).1, release.as_deref())
+        }
         None => RawProbe {
             skipped: true,
             message: "not run: it needs a user namespace, and creating one failed".into(),
@@ -173,20 +191,39 @@ pub fn explain_userns_errno(errno: i32) -> String {
     }
 }
 
-/// What an errno means for the idmapped mount step.
-pub fn explain_idmap_errno(step: &str, errno: i32) -> String {
+/// The `major.minor` of a kernel release such as `6.1.0-28-amd64`.
+pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// The first kernel whose tmpfs accepts idmapped mounts.
+const TMPFS_IDMAP_SINCE: (u32, u32) = (6, 3);
+
+/// What an errno means for a step of the idmapped mount probe, given the
+/// kernel release (`None` when unknown).
+pub fn explain_idmap_errno(step: &str, errno: i32, release: Option<&str>) -> String {
     let err = std::io::Error::from_raw_os_error(errno);
+    let version = release.and_then(kernel_version);
+    let kernel = release.map_or_else(
+        || "the kernel release is unknown".to_string(),
+        |r| format!("this kernel is {}", r.trim()),
+    );
     match (step, errno) {
         ("unshare", libc::ENOSPC) => "user.max_mnt_namespaces limit reached (ENOSPC)".into(),
-        ("mount_setattr" | "open_tree" | "fsopen", libc::ENOSYS) => {
-            format!(
-                "the kernel has no {step}(2) (idmapped mounts need Linux 5.12; tmpfs support 6.3)"
-            )
-        }
-        ("mount_setattr", libc::EINVAL) => {
-            "tmpfs does not support idmapped mounts on this kernel (needs Linux 6.3) (EINVAL)"
-                .into()
-        }
+        ("mount_setattr" | "fsmount" | "fsopen", libc::ENOSYS) => format!(
+            "the kernel has no {step}(2): idmapped mounts need Linux >= 5.12, on tmpfs >= 6.3; {kernel}"
+        ),
+        ("mount_setattr", libc::EINVAL) => match version {
+            Some(v) if v >= TMPFS_IDMAP_SINCE => format!(
+                "mount_setattr(MOUNT_ATTR_IDMAP) on a detached tmpfs was refused (EINVAL), although {kernel}, which supports idmapped tmpfs"
+            ),
+            _ => format!(
+                "tmpfs needs kernel >= 6.3 for idmapped mounts, and {kernel} (mount_setattr(MOUNT_ATTR_IDMAP): EINVAL)"
+            ),
+        },
         (_, libc::EPERM) => {
             format!("{step} not permitted: needs CAP_SYS_ADMIN over the mount namespace (EPERM)")
         }
@@ -214,6 +251,49 @@ mod tests {
     fn enospc_reads_as_the_limit() {
         assert!(explain_userns_errno(libc::ENOSPC)
             .starts_with("user.max_user_namespaces limit reached"));
-        assert!(explain_idmap_errno("mount_setattr", libc::EINVAL).contains("6.3"));
+    }
+
+    #[test]
+    fn reads_the_kernel_version_from_a_release() {
+        assert_eq!(kernel_version("6.1.0-28-amd64"), Some((6, 1)));
+        assert_eq!(kernel_version("6.12.43-talos\n"), Some((6, 12)));
+        assert_eq!(kernel_version("7.0"), Some((7, 0)));
+        assert_eq!(kernel_version("5.15"), Some((5, 15)));
+        assert_eq!(kernel_version("6"), None);
+        assert_eq!(kernel_version("linux"), None);
+        assert_eq!(kernel_version(""), None);
+    }
+
+    #[test]
+    fn einval_from_mount_setattr_names_the_tmpfs_floor_on_old_kernels() {
+        let old = explain_idmap_errno("mount_setattr", libc::EINVAL, Some("6.1.0-28-amd64\n"));
+        assert_eq!(
+            old,
+            "tmpfs needs kernel >= 6.3 for idmapped mounts, and this kernel is 6.1.0-28-amd64 (mount_setattr(MOUNT_ATTR_IDMAP): EINVAL)"
+        );
+        let unknown = explain_idmap_errno("mount_setattr", libc::EINVAL, None);
+        assert!(
+            unknown.starts_with("tmpfs needs kernel >= 6.3"),
+            "{unknown}"
+        );
+        assert!(unknown.contains("release is unknown"), "{unknown}");
+        // 6.3 and later support it, so EINVAL there is something else and
+        // must not blame the kernel version.
+        for release in ["6.3.0", "6.12.43-talos", "6.18.1", "7.1.0-1-amd64"] {
+            let new = explain_idmap_errno("mount_setattr", libc::EINVAL, Some(release));
+            assert!(!new.contains("needs kernel"), "{release}: {new}");
+            assert!(new.contains(release), "{new}");
+        }
+        // Other steps' EINVAL is not about tmpfs.
+        let other = explain_idmap_errno("fsmount", libc::EINVAL, Some("6.1.0"));
+        assert!(!other.contains("6.3"), "{other}");
+    }
+
+    #[test]
+    fn missing_mount_api_names_5_12() {
+        let m = explain_idmap_errno("mount_setattr", libc::ENOSYS, Some("5.10.0"));
+        assert!(m.contains("5.12") && m.contains("5.10.0"), "{m}");
+        let p = explain_idmap_errno("fsopen", libc::EPERM, Some("6.12.0"));
+        assert!(p.contains("EPERM"), "{p}");
     }
 }

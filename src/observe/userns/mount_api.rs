@@ -1,5 +1,5 @@
 //! The new mount API calls `nix` does not wrap (`fsopen`, `fsconfig`,
-//! `fsmount`, `open_tree`, `mount_setattr`), as safe functions returning
+//! `fsmount`, `mount_setattr`), as safe functions returning
 //! owned descriptors. The only `unsafe` of the idmapped-mount probe is here.
 //!
 //! Constants come from uapi/linux/mount.h and uapi/linux/fcntl.h, spelled out
@@ -15,7 +15,6 @@ use nix::errno::Errno;
 const FSOPEN_CLOEXEC: libc::c_uint = 0x1;
 const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
 const FSMOUNT_CLOEXEC: libc::c_uint = 0x1;
-const OPEN_TREE_CLONE: libc::c_uint = 0x1;
 const AT_RECURSIVE: libc::c_uint = 0x8000;
 const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 
@@ -65,20 +64,11 @@ pub fn fsmount(fs: BorrowedFd<'_>) -> nix::Result<OwnedFd> {
     new_fd(unsafe { libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), FSMOUNT_CLOEXEC, 0) })
 }
 
-/// `open_tree(mnt, "", OPEN_TREE_CLONE | AT_EMPTY_PATH | AT_RECURSIVE)`: a
-/// detached clone of the mount `mnt`.
-pub fn open_tree_clone(mnt: BorrowedFd<'_>) -> nix::Result<OwnedFd> {
-    let flags = OPEN_TREE_CLONE
-        | libc::O_CLOEXEC as libc::c_uint
-        | libc::AT_EMPTY_PATH as libc::c_uint
-        | AT_RECURSIVE;
-    // SAFETY: the path is a static empty NUL-terminated string.
-    new_fd(unsafe { libc::syscall(libc::SYS_open_tree, mnt.as_raw_fd(), c"".as_ptr(), flags) })
-}
-
-/// `mount_setattr(tree, "", AT_EMPTY_PATH | AT_RECURSIVE, {MOUNT_ATTR_IDMAP,
-/// userns})`: idmaps the detached mount `tree` with the user namespace.
-pub fn mount_setattr_idmap(tree: BorrowedFd<'_>, userns: BorrowedFd<'_>) -> nix::Result<()> {
+/// `mount_setattr(mnt, "", AT_EMPTY_PATH | AT_RECURSIVE, {MOUNT_ATTR_IDMAP,
+/// userns})`: idmaps the detached mount `mnt` with the user namespace. The
+/// kernel allows this only on a mount that was never attached, such as an
+/// `fsmount()` descriptor (Linux 5.12; tmpfs from 6.3).
+pub fn mount_setattr_idmap(mnt: BorrowedFd<'_>, userns: BorrowedFd<'_>) -> nix::Result<()> {
     let attr = MountAttr {
         attr_set: MOUNT_ATTR_IDMAP,
         attr_clr: 0,
@@ -90,7 +80,7 @@ pub fn mount_setattr_idmap(tree: BorrowedFd<'_>, userns: BorrowedFd<'_>) -> nix:
     let ret = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
+            mnt.as_raw_fd(),
             c"".as_ptr(),
             libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE,
             &attr as *const MountAttr,
