@@ -19,8 +19,8 @@ use rcgen::{
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
 use sandbox_readiness::tls::{
-    self, client_tls_config, incoming, incoming_plain, init, render_instructions, AcceptLimits,
-    AcceptStats, InitOptions, InitOutput, ReloadOptions, ServerTls, TlsError, TlsPaths,
+    self, client_tls_config, incoming, init, render_instructions, AcceptLimits, AcceptStats,
+    InitOptions, InitOutput, ReloadOptions, ServerTls, TlsError, TlsPaths,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
@@ -1042,50 +1042,6 @@ fn client_config_errors() {
     assert!(client_tls_config(&out.ca_cert, None, None, Some("fd00::1")).is_ok());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn plain_incoming_serves_and_counts() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let incoming = incoming_plain(listener);
-    let stats = incoming.stats();
-    let (_reporter, health) = tonic_health::server::health_reporter();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(
-        Server::builder()
-            .add_service(health)
-            .serve_with_incoming_shutdown(incoming, async {
-                let _ = stopped.await;
-            }),
-    );
-    let channel = Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .unwrap();
-    let status = HealthClient::new(channel)
-        .check(HealthCheckRequest {
-            service: String::new(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .status;
-    assert_eq!(status, SERVING);
-    assert_eq!(stats.snapshot().accepted, 1);
-    let _ = stop.send(());
-    tokio::time::timeout(Duration::from_secs(5), server)
-        .await
-        .expect("server did not stop")
-        .unwrap()
-        .unwrap();
-    // The listener went with the stream.
-    assert!(TcpStream::connect(addr).await.is_err());
-}
-
-/// Dropping the TLS stream (server shut down) closes the port and aborts
-/// handshakes in flight.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_stream_closes_the_port() {
     let tmp = tempfile::tempdir().unwrap();

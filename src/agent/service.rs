@@ -65,6 +65,16 @@ impl Service {
         Ok(d)
     }
 
+    /// The cached report, or a fresh one (with a sandbox probe when asked)
+    /// shared with concurrent callers.
+    async fn report(&self, refresh: bool, sandbox: bool) -> Result<Arc<Report>, Status> {
+        if refresh || sandbox {
+            self.state.fresh(sandbox).await.map_err(state_status)
+        } else {
+            Ok(self.state.latest())
+        }
+    }
+
     /// `report`, or a newer one that also holds every sysctl `desired`
     /// names: the owner task reads those (the service never touches the
     /// host) and keeps them in its polls, so a change to one wakes watchers
@@ -96,14 +106,7 @@ impl ReadinessService for Service {
         request: Request<GetReportRequest>,
     ) -> Result<Response<GetReportResponse>, Status> {
         let req = request.into_inner();
-        let report = if req.refresh || req.sandbox_probe {
-            self.state
-                .fresh(req.sandbox_probe)
-                .await
-                .map_err(state_status)?
-        } else {
-            self.state.latest()
-        };
+        let report = self.report(req.refresh, req.sandbox_probe).await?;
         Ok(Response::new(GetReportResponse {
             report: Some(Report::clone(&report)),
         }))
@@ -115,14 +118,9 @@ impl ReadinessService for Service {
     ) -> Result<Response<CheckResponse>, Status> {
         let req = request.into_inner();
         let desired = self.desired(req.desired)?;
-        let report = if req.refresh || desired.require_sandbox_probe {
-            self.state
-                .fresh(desired.require_sandbox_probe)
-                .await
-                .map_err(state_status)?
-        } else {
-            self.state.latest()
-        };
+        let report = self
+            .report(req.refresh, desired.require_sandbox_probe)
+            .await?;
         let report = self.with_requested_sysctls(report, &desired).await?;
         let verdict = evaluate::evaluate(&report, &desired);
         Ok(Response::new(CheckResponse {

@@ -112,12 +112,7 @@ struct TlsSetup {
     limits: AcceptLimits,
 }
 
-/// Plain TCP connections for `serve_with_incoming`; see [`incoming_plain`].
-pub struct PlainIncoming {
-    inner: Incoming<TcpStream, ()>,
-}
-
-/// The part both streams share: the accept task starts on first poll (so
+/// The accept machinery: the accept task starts on first poll (so
 /// building the stream can neither fail nor need a runtime), hands
 /// connections over a bounded channel, and is aborted on drop.
 struct Incoming<T, S> {
@@ -168,25 +163,8 @@ pub fn incoming(listener: TcpListener, tls: ServerTls, limits: AcceptLimits) -> 
     }
 }
 
-/// Accepts TCP connections and yields them as they are (for
-/// `--insecure-plaintext`). Same shape and accept-error handling as
-/// [`incoming`]; no handshake, so no handshake limits.
-pub fn incoming_plain(listener: TcpListener) -> PlainIncoming {
-    PlainIncoming {
-        inner: Incoming::new(listener, (), 64),
-    }
-}
-
 impl TlsIncoming {
     /// The counters of this accept loop.
-    pub fn stats(&self) -> Arc<AcceptStats> {
-        Arc::clone(&self.inner.stats)
-    }
-}
-
-impl PlainIncoming {
-    /// The counters of this accept loop (only `accepted` and `accept_errors`
-    /// move).
     pub fn stats(&self) -> Arc<AcceptStats> {
         Arc::clone(&self.inner.stats)
     }
@@ -202,44 +180,6 @@ impl Stream for TlsIncoming {
                 tokio::spawn(tls_accept_loop(listener, setup, tx, stats))
             })
             .map(|item| item.map(Ok))
-    }
-}
-
-impl Stream for PlainIncoming {
-    type Item = Result<TcpStream, std::io::Error>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.get_mut()
-            .inner
-            .poll_next_with(cx, |listener, (), tx, stats| {
-                tokio::spawn(plain_accept_loop(listener, tx, stats))
-            })
-            .map(|item| item.map(Ok))
-    }
-}
-
-async fn plain_accept_loop(
-    listener: TcpListener,
-    tx: mpsc::Sender<TcpStream>,
-    stats: Arc<AcceptStats>,
-) {
-    let quiet = QuietLog::new();
-    loop {
-        let accepted = tokio::select! {
-            () = tx.closed() => return,
-            accepted = listener.accept() => accepted,
-        };
-        match accepted {
-            Ok((tcp, _peer)) => {
-                AcceptStats::bump(&stats.accepted);
-                // gRPC messages are small; Nagle only adds latency.
-                let _ = tcp.set_nodelay(true);
-                if tx.send(tcp).await.is_err() {
-                    return;
-                }
-            }
-            Err(err) => on_accept_error(&err, &stats, &quiet).await,
-        }
     }
 }
 

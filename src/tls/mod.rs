@@ -45,8 +45,9 @@
 //!   [`AcceptLimits::max_handshakes_per_ip`] per peer address; beyond a cap
 //!   new connections are closed at once. Failed handshakes are counted in
 //!   [`AcceptStats`], logged at debug at most once a second, and never end
-//!   the stream. [`incoming_plain`] has the same shape without TLS (for
-//!   `--insecure-plaintext`).
+//!   the stream. Plaintext connections are accepted by the agent's own
+//!   listener (`agent::listen::plaintext`), which also waits for the HTTP/2
+//!   preface.
 //!
 //! # Client (`check --tls-ca [--tls-cert --tls-key]`)
 //!
@@ -80,10 +81,7 @@ mod init;
 mod pem;
 mod server;
 
-pub use accept::{
-    address_key, incoming, incoming_plain, AcceptCounts, AcceptLimits, AcceptStats, PlainIncoming,
-    TlsIncoming,
-};
+pub use accept::{address_key, incoming, AcceptCounts, AcceptLimits, AcceptStats, TlsIncoming};
 pub use client::{client_tls_config, CLIENT_HANDSHAKE_TIMEOUT};
 pub use error::TlsError;
 pub use init::{
