@@ -217,7 +217,7 @@ fn service_spec() -> ServiceSpec {
     }
 }
 
-/// What `sandbox-readiness tls init` prints for the node: the
+/// What `sandbox-readiness tls init` writes for the node: the
 /// ExtensionServiceConfig's files and environment.
 struct ServiceConfig {
     files: Vec<(String, String)>,
@@ -229,11 +229,13 @@ fn tls_init(dir: &Path) -> ServiceConfig {
     cmd.args(["tls", "init", "--san", "127.0.0.1"]).arg(dir);
     let done = testenv::run_limited(&mut cmd, Duration::from_secs(30)).unwrap();
     assert!(done.ok(), "tls init failed: {}", done.stderr);
-    let doc = done
-        .stdout
+    // The document holds the server key: `tls init` writes it to a 0600
+    // file, never to stdout.
+    let text = fs::read_to_string(dir.join("server.yaml")).unwrap();
+    let doc = text
         .split("\n---\n")
         .nth(1)
-        .unwrap_or_else(|| panic!("no YAML document in:\n{}", done.stdout));
+        .unwrap_or_else(|| panic!("no YAML document in:\n{text}"));
     let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(doc).unwrap();
     assert_eq!(v["kind"].as_str(), Some("ExtensionServiceConfig"));
     assert_eq!(v["name"].as_str(), Some(NAME));

@@ -31,10 +31,9 @@ fn check_with_tls_init_material_succeeds_end_to_end() {
         String::from_utf8_lossy(&out.stderr)
     );
     let printed = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        printed.contains("kind: ExtensionServiceConfig"),
-        "{printed}"
-    );
+    assert!(!printed.contains("PRIVATE KEY"), "{printed}");
+    let config = std::fs::read_to_string(tls.join("server.yaml")).unwrap();
+    assert!(config.contains("kind: ExtensionServiceConfig"), "{config}");
     assert!(printed.contains("--tls-ca"), "{printed}");
 
     let path = |name: &str| tls.join(name).to_str().unwrap().to_string();

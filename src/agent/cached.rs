@@ -272,6 +272,7 @@ mod tests {
                 sandbox_timeout: Duration::from_secs(1),
                 sandbox_env: Default::default(),
             },
+            expose_machine_id: false,
         };
         let (_stop, shutdown) = tokio::sync::watch::channel(false);
         let timing = Timing {

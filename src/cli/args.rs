@@ -169,6 +169,7 @@ impl HostArgs {
             probe_timeout: self.probe_timeout,
             extra_sysctls: Vec::new(),
             gvisor,
+            expose_machine_id: false,
         }
     }
 }

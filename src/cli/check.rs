@@ -91,6 +91,9 @@ pub struct CheckArgs {
     /// Verify agents against this name instead of the address dialled.
     #[arg(long, value_name = "NAME", requires = "tls_ca")]
     pub tls_server_name: Option<String>,
+    /// Verify each agent against its node's name (the Kubernetes node name; for HOST[:PORT] entries the host), not the address dialled: one node's key cannot answer for another (certificates from `tls init --node`).
+    #[arg(long, requires = "tls_ca", conflicts_with = "tls_server_name")]
+    pub tls_server_name_from_node: bool,
     /// Talk plaintext to non-loopback addresses (answers can be read and forged on the way).
     #[arg(long, conflicts_with = "tls_ca")]
     pub insecure_plaintext: bool,
@@ -106,6 +109,7 @@ impl CheckArgs {
             cert: self.tls_cert.clone(),
             key: self.tls_key.clone(),
             server_name: self.tls_server_name.clone(),
+            server_name_from_node: self.tls_server_name_from_node,
         });
         CheckConfig {
             nodes: self.nodes.clone(),

@@ -12,10 +12,14 @@ pub mod exit;
 mod probe;
 mod serve;
 
-use std::{future::Future, path::PathBuf, process::ExitCode};
+use std::{
+    future::Future,
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
 
 use clap::{Parser, Subcommand};
-use sandbox_readiness::tls;
+use sandbox_readiness::{hostio, tls};
 
 use args::LogFormat;
 use exit::Outcome;
@@ -54,11 +58,21 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum TlsCommand {
-    /// Create a CA, a server certificate and a controller (client) certificate in DIR.
+    /// Create a CA, server certificates and a controller (client) certificate in DIR.
     Init {
         dir: PathBuf,
-        /// A name or IP address the server certificate is valid for (repeatable; wildcards allowed).
-        #[arg(long = "san", required = true)]
+        /// One server certificate per node, valid for NAME and the SANs; its ExtensionServiceConfig goes to DIR/nodes/NAME.yaml (repeatable).
+        #[arg(long = "node", value_name = "NAME[=SAN,...]", value_parser = parse_node)]
+        nodes: Vec<tls::NodeSpec>,
+        /// A file of --node values, one per line; '#' starts a comment.
+        #[arg(long, value_name = "FILE")]
+        nodes_file: Option<PathBuf>,
+        /// One server certificate shared by every node, valid for this name or IP address (repeatable; wildcards allowed); its ExtensionServiceConfig goes to DIR/server.yaml.
+        #[arg(
+            long = "san",
+            conflicts_with_all = ["nodes", "nodes_file"],
+            required_unless_present_any = ["nodes", "nodes_file"]
+        )]
         sans: Vec<String>,
         /// Overwrite existing files.
         #[arg(long)]
@@ -79,20 +93,60 @@ pub fn main() -> ExitCode {
         Command::Probe(a) => runtime(|| probe::run(*a)),
         Command::Serve(a) => runtime(|| serve::run(*a)),
         Command::Check(a) => runtime(|| check::run(*a)),
-        Command::Tls(TlsCommand::Init { dir, sans, force }) => {
-            let opts = tls::InitOptions {
-                force,
-                ..tls::InitOptions::default()
-            };
-            match tls::init(&dir, &sans, &opts) {
-                Ok(out) => {
-                    print!("{}", tls::render_instructions(&out));
-                    Outcome::Success
-                }
-                Err(e) => Outcome::failed("sandbox-readiness tls init", e),
-            }
-            .finish()
+        Command::Tls(TlsCommand::Init {
+            dir,
+            nodes,
+            nodes_file,
+            sans,
+            force,
+        }) => tls_init(&dir, nodes, nodes_file.as_deref(), &sans, force).finish(),
+    }
+}
+
+fn parse_node(s: &str) -> Result<tls::NodeSpec, tls::TlsError> {
+    s.parse()
+}
+
+/// Writes the material; stdout lists the files, never their contents
+/// (they hold private keys).
+fn tls_init(
+    dir: &Path,
+    mut nodes: Vec<tls::NodeSpec>,
+    nodes_file: Option<&Path>,
+    sans: &[String],
+    force: bool,
+) -> Outcome {
+    const WHO: &str = "sandbox-readiness tls init";
+    let opts = tls::InitOptions {
+        force,
+        ..tls::InitOptions::default()
+    };
+    if let Some(file) = nodes_file {
+        let listed = hostio::read_operator_file(file, 1 << 20)
+            .map_err(|e| format!("--nodes-file {}: {}", file.display(), e.reason()))
+            .and_then(|text| tls::parse_nodes_file(&text).map_err(|e| e.to_string()));
+        match listed {
+            Ok(listed) => nodes.extend(listed),
+            Err(e) => return Outcome::failed(WHO, e),
         }
+    }
+    if sans.is_empty() && nodes.is_empty() {
+        return Outcome::failed(
+            WHO,
+            "no nodes: give --node NAME[=SAN,...] or a --nodes-file that lists some",
+        );
+    }
+    let printed = if sans.is_empty() {
+        tls::init_nodes(dir, &nodes, &opts).map(|out| tls::render_nodes_summary(&out))
+    } else {
+        tls::init(dir, sans, &opts).map(|out| tls::render_summary(&out))
+    };
+    match printed {
+        Ok(text) => {
+            print!("{text}");
+            Outcome::Success
+        }
+        Err(e) => Outcome::failed(WHO, e),
     }
 }
 

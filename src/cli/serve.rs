@@ -5,6 +5,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::Args;
 use sandbox_readiness::{
     agent::{self, ServeConfig, Stopped},
+    observe::ObserveConfig,
     proto::v1::DesiredState,
     tls::TlsPaths,
 };
@@ -85,6 +86,9 @@ pub struct ServeArgs {
     /// How long a ping's answer may take before the connection is dropped (hidden: for tests).
     #[arg(long, hide = true, default_value = "10s", value_parser = parse_positive_duration, env = "SANDBOX_READINESS_KEEPALIVE_TIMEOUT")]
     pub keepalive_timeout: Duration,
+    /// Also serve the raw machine id (confidential per machine-id(5)); its app-specific hash is always served.
+    #[arg(long, env = "SANDBOX_READINESS_EXPOSE_MACHINE_ID")]
+    pub expose_machine_id: bool,
     #[command(flatten)]
     pub host: HostArgs,
     /// The desired state `Check` uses when a request carries none.
@@ -119,7 +123,10 @@ impl ServeArgs {
             request_timeout: self.request_timeout,
             keepalive_interval: self.keepalive_interval,
             keepalive_timeout: self.keepalive_timeout,
-            observe: self.host.to_config(),
+            observe: ObserveConfig {
+                expose_machine_id: self.expose_machine_id,
+                ..self.host.to_config()
+            },
             desired,
         }
     }

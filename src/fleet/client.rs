@@ -35,9 +35,13 @@ pub enum Transport {
     Plaintext { allow_remote: bool },
     /// TLS; `identity` tells whether a client certificate is presented
     /// (mTLS), which decides the hint when an agent drops the connection.
+    /// With `name_from_node` each agent's certificate must hold its node's
+    /// name (see [`node_server_name`]) rather than the address dialled, so
+    /// one node's key cannot answer for another node.
     Tls {
         config: Box<ClientTlsConfig>,
         identity: bool,
+        name_from_node: bool,
     },
 }
 
@@ -89,7 +93,7 @@ impl Client {
         Arc::clone(&self.slots).acquire_owned().await.ok()
     }
 
-    fn endpoint(&self, addr: &Address) -> Result<Endpoint, AskError> {
+    fn endpoint(&self, node: &Node, addr: &Address) -> Result<Endpoint, AskError> {
         let tls = match &self.opts.transport {
             Transport::Plaintext { allow_remote } => {
                 if !allow_remote && !addr.is_loopback() {
@@ -97,14 +101,24 @@ impl Client {
                 }
                 None
             }
-            Transport::Tls { config, .. } => Some(config),
+            Transport::Tls {
+                config,
+                name_from_node,
+                ..
+            } => Some(if *name_from_node {
+                (**config)
+                    .clone()
+                    .domain_name(node_server_name(node, addr)?)
+            } else {
+                (**config).clone()
+            }),
         };
         let mut ep = Endpoint::from_shared(addr.uri(tls.is_some()))
             .map_err(|e| AskError::Connect(error_chain(&e)))?
             .connect_timeout(self.opts.connect_timeout);
         if let Some(cfg) = tls {
             ep = ep
-                .tls_config((**cfg).clone())
+                .tls_config(cfg)
                 .map_err(|e| AskError::Tls(error_chain(&e)))?;
         }
         Ok(ep)
@@ -118,7 +132,7 @@ impl Client {
         keepalive: Option<Duration>,
     ) -> Result<Channel, AskError> {
         let addr = node.address.as_ref().ok_or(AskError::NoAddress)?;
-        let mut ep = self.endpoint(addr)?;
+        let mut ep = self.endpoint(node, addr)?;
         if let Some(k) = keepalive {
             ep = ep
                 .http2_keep_alive_interval(k)
@@ -229,6 +243,28 @@ impl Client {
             }
         }
         out.into_iter().flatten().collect()
+    }
+}
+
+/// The name an agent's certificate must hold under `name_from_node`: the
+/// node's name (the Kubernetes node name from `--kube-nodes` or
+/// `--nodes-cmd`); a node written as `HOST` or `HOST:PORT` has no name but
+/// its address, so it is its host.
+pub fn node_server_name(node: &Node, addr: &Address) -> Result<String, AskError> {
+    let name = if node.name == addr.to_string() {
+        addr.host.to_string()
+    } else {
+        node.name.clone()
+    };
+    let name = name
+        .strip_prefix('[')
+        .and_then(|n| n.strip_suffix(']'))
+        .map_or(name.clone(), str::to_string);
+    match rustls::pki_types::ServerName::try_from(name.as_str()) {
+        Ok(_) => Ok(name),
+        Err(_) => Err(AskError::Tls(format!(
+            "node name {name:?} is not a DNS name or IP address a certificate can hold (--tls-server-name-from-node)"
+        ))),
     }
 }
 
@@ -426,6 +462,28 @@ mod tests {
     fn closed_port() -> u16 {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
+    }
+
+    #[test]
+    fn server_name_from_node_is_its_name_or_its_host() {
+        let name = |entry: &str| {
+            let n = parse_entry(entry, 10150).unwrap();
+            node_server_name(&n, n.address.as_ref().unwrap())
+        };
+        assert_eq!(name("w1.example").unwrap(), "w1.example");
+        assert_eq!(name("w1.example:9000").unwrap(), "w1.example");
+        assert_eq!(name("10.0.0.1:9000").unwrap(), "10.0.0.1");
+        assert_eq!(name("[fd00::1]:9000").unwrap(), "fd00::1");
+        assert_eq!(name("[fd00::1]").unwrap(), "fd00::1");
+        let mut kube = node(9000);
+        kube.name = "worker-1".into();
+        let addr = kube.address.clone().unwrap();
+        assert_eq!(node_server_name(&kube, &addr).unwrap(), "worker-1");
+        kube.name = "not a name".into();
+        assert!(matches!(
+            node_server_name(&kube, &addr),
+            Err(AskError::Tls(m)) if m.contains("not a DNS name")
+        ));
     }
 
     #[tokio::test]

@@ -53,6 +53,9 @@ pub struct ClientTlsFiles {
     pub key: Option<PathBuf>,
     /// Verify agents against this name instead of the address dialled.
     pub server_name: Option<String>,
+    /// Verify each agent against its node's name instead of the address
+    /// dialled (`client::node_server_name`).
+    pub server_name_from_node: bool,
 }
 
 /// What `check` is asked to do (the flags, parsed).
@@ -154,6 +157,7 @@ pub async fn prepare(cfg: &CheckConfig) -> Result<Plan, CheckError> {
                 t.server_name.as_deref(),
             )?),
             identity: t.cert.is_some(),
+            name_from_node: t.server_name_from_node,
         },
         None => Transport::Plaintext {
             allow_remote: cfg.insecure_plaintext,

@@ -36,6 +36,9 @@ pub struct ObserveConfig {
     /// Sysctls to read besides the user namespace ones (from desired states).
     pub extra_sysctls: Vec<String>,
     pub gvisor: GvisorConfig,
+    /// Report the raw machine id too (`serve --expose-machine-id`); its
+    /// app-specific hash is always reported.
+    pub expose_machine_id: bool,
 }
 
 /// Where gVisor and the CRI runtime are, and how long to wait for them.
@@ -121,7 +124,7 @@ impl Observer {
             .observe(&cfg.gvisor, &cfg.paths, rootless, scope)
             .await;
         let report = Report {
-            node: Some(node::observe(&cfg.paths)),
+            node: Some(node::observe(&cfg.paths, cfg.expose_machine_id)),
             agent: Some(AgentInfo {
                 version: node::AGENT_VERSION.to_string(),
                 ..AgentInfo::default()

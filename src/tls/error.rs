@@ -66,6 +66,9 @@ pub enum TlsError {
     /// A `--san` value that no TLS client would ever match.
     #[error("invalid --san {value:?}: {reason}")]
     BadSan { value: String, reason: &'static str },
+    /// A `--node` value (or `--nodes-file` line) that cannot name a node.
+    #[error("invalid --node {value:?}: {reason}")]
+    BadNode { value: String, reason: String },
     /// A server certificate without names is useless to verifying clients.
     #[error("at least one --san is required (a DNS name or IP address the controller dials)")]
     NoSan,

@@ -1,6 +1,8 @@
-//! `sandbox-readiness tls init DIR`: a private CA, a server certificate for
-//! the agents and a client certificate for the controller, plus the Talos
-//! machine-config document that installs the server side on a node.
+//! `sandbox-readiness tls init DIR`: a private CA, server certificates for
+//! the agents (one per node with `--node`, or one shared with `--san`) and a
+//! client certificate for the controller, plus the Talos machine-config
+//! document that installs the server side on a node, each written to a 0600
+//! file (never printed: it holds a private key).
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -28,6 +30,14 @@ pub const SERVER_KEY_FILE: &str = "server-key.pem";
 pub const CLIENT_CERT_FILE: &str = "client.pem";
 /// The controller's key (`--tls-key` of `check`).
 pub const CLIENT_KEY_FILE: &str = "client-key.pem";
+/// The ExtensionServiceConfig of the shared server certificate (`--san`).
+pub const SERVER_CONFIG_FILE: &str = "server.yaml";
+/// Per-node material (`--node`): `NAME.cert.pem`, `NAME.key.pem` and the
+/// node's ExtensionServiceConfig `NAME.yaml`. The suffixes differ in their
+/// last part, so no node's file can be another node's.
+pub const NODES_DIR: &str = "nodes";
+/// Node names become file names; `NAME.cert.pem` must fit in 255 bytes.
+const MAX_NODE_NAME: usize = 240;
 
 /// Where the ExtensionServiceConfig mounts the server material on a node.
 pub const NODE_TLS_DIR: &str = "/usr/local/etc/sandbox-readiness/tls";
@@ -75,6 +85,8 @@ pub struct InitOutput {
     pub server_key: PathBuf,
     pub client_cert: PathBuf,
     pub client_key: PathBuf,
+    /// The shared server certificate's ExtensionServiceConfig (0600).
+    pub server_config: PathBuf,
     /// The server certificate's names, normalised (lower case, no brackets).
     pub sans: Vec<String>,
     pub ca_not_after: SystemTime,
@@ -95,13 +107,233 @@ impl std::fmt::Debug for InitOutput {
     }
 }
 
-/// Creates `DIR/{ca,ca-key,server,server-key,client,client-key}.pem`, all
+/// Creates `DIR/{ca,ca-key,server,server-key,client,client-key}.pem` and
+/// `DIR/server.yaml` (the shared certificate's ExtensionServiceConfig), all
 /// mode 0600, `DIR` itself 0700 if created. Refuses (before writing
 /// anything) if one exists, unless `options.force`; forced files are
 /// replaced by rename, never rewritten in place, so an old mode cannot
-/// survive. Keys are ECDSA P-256.
+/// survive. Keys are ECDSA P-256. One key for every node lets any node
+/// impersonate the others: [`init_nodes`] issues one per node.
 pub fn init(dir: &Path, sans: &[String], options: &InitOptions) -> Result<InitOutput, TlsError> {
     let san_list = parse_sans(sans)?;
+    let dir = dir_absolute(dir);
+    let own = [SERVER_CERT_FILE, SERVER_KEY_FILE, SERVER_CONFIG_FILE].map(|f| dir.join(f));
+    prepare(&dir, options, &own)?;
+    let auth = Authority::generate(options)?;
+    let (server_cert_pem, server_key_pem) =
+        auth.server_leaf("sandbox-readiness agent", &san_list)?;
+    auth.create_dir(&dir)?;
+    let path = |name: &str| dir.join(name);
+    let out = InitOutput {
+        ca_cert: path(CA_CERT_FILE),
+        ca_key: path(CA_KEY_FILE),
+        server_cert: path(SERVER_CERT_FILE),
+        server_key: path(SERVER_KEY_FILE),
+        client_cert: path(CLIENT_CERT_FILE),
+        client_key: path(CLIENT_KEY_FILE),
+        server_config: path(SERVER_CONFIG_FILE),
+        sans: san_list.into_iter().map(|(name, _)| name).collect(),
+        ca_not_after: auth.ca_not_after(),
+        cert_not_after: auth.cert_not_after(),
+        ca_cert_pem: auth.ca_cert_pem.clone(),
+        server_cert_pem,
+        server_key_pem,
+        dir,
+    };
+    auth.write_shared(
+        &out.dir,
+        options.force,
+        &[(&out.server_key, &out.server_key_pem)],
+    )?;
+    write_private(
+        &out.server_cert,
+        out.server_cert_pem.as_bytes(),
+        options.force,
+    )?;
+    write_private(
+        &out.server_config,
+        render_instructions(&out).as_bytes(),
+        options.force,
+    )?;
+    Ok(out)
+}
+
+/// One node of [`init_nodes`]: `NAME[=SAN,SAN...]`. The name is the
+/// certificate's first SAN (what `check --tls-server-name-from-node`
+/// verifies), and names the node's files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSpec {
+    pub name: String,
+    /// Further names and addresses the node is dialled by.
+    pub sans: Vec<String>,
+}
+
+impl std::str::FromStr for NodeSpec {
+    type Err = TlsError;
+
+    fn from_str(value: &str) -> Result<Self, TlsError> {
+        let (name, sans) = value.split_once('=').unwrap_or((value, ""));
+        let bad = |reason: String| TlsError::BadNode {
+            value: value.chars().take(80).collect(),
+            reason,
+        };
+        let (name, kind) = parse_san(name).map_err(|e| bad(e.to_string()))?;
+        if name.starts_with('*') {
+            return Err(bad("a node name cannot be a wildcard".into()));
+        }
+        if name.len() > MAX_NODE_NAME {
+            return Err(bad(format!(
+                "a node name is at most {MAX_NODE_NAME} characters (it names files)"
+            )));
+        }
+        // An IPv6 name would put ':' in file names; name the node instead.
+        if matches!(kind, SanType::IpAddress(IpAddr::V6(_))) {
+            return Err(bad(
+                "an IPv6 address cannot name a node: give NAME=ADDRESS".into()
+            ));
+        }
+        let sans = sans
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect();
+        Ok(NodeSpec { name, sans })
+    }
+}
+
+/// Parses a `--nodes-file`: one `NAME[=SAN,...]` per line; `#` starts a
+/// comment, blank lines are skipped.
+pub fn parse_nodes_file(text: &str) -> Result<Vec<NodeSpec>, TlsError> {
+    text.lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty())
+        .map(str::parse)
+        .collect()
+}
+
+/// What [`init_nodes`] wrote for one node.
+#[derive(Debug, Clone)]
+pub struct NodeFiles {
+    pub name: String,
+    /// The certificate's names, the node's name first.
+    pub sans: Vec<String>,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// The node's ExtensionServiceConfig, with its key (0600).
+    pub config: PathBuf,
+}
+
+/// What [`init_nodes`] wrote. Holds no key material.
+#[derive(Debug, Clone)]
+pub struct NodesInitOutput {
+    pub dir: PathBuf,
+    pub ca_cert: PathBuf,
+    pub ca_key: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+    pub nodes: Vec<NodeFiles>,
+    pub ca_not_after: SystemTime,
+    pub cert_not_after: SystemTime,
+}
+
+/// [`init`] with one server certificate per node: the CA and client files
+/// as there, and for each node `DIR/nodes/NAME.{cert.pem,key.pem,yaml}`,
+/// all 0600 (`DIR/nodes` 0700 if created). A node's document carries only
+/// its own key, so a compromised node cannot answer as another when the
+/// controller checks names (`check --tls-server-name-from-node`).
+pub fn init_nodes(
+    dir: &Path,
+    nodes: &[NodeSpec],
+    options: &InitOptions,
+) -> Result<NodesInitOutput, TlsError> {
+    if nodes.is_empty() {
+        return Err(TlsError::NoSan);
+    }
+    let mut parsed = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        if parsed.iter().any(|(n, _): &(String, _)| *n == node.name) {
+            return Err(TlsError::BadNode {
+                value: node.name.clone(),
+                reason: "given twice".into(),
+            });
+        }
+        let names: Vec<String> = std::iter::once(node.name.clone())
+            .chain(node.sans.iter().cloned())
+            .collect();
+        parsed.push((node.name.clone(), parse_sans(&names)?));
+    }
+    let dir = dir_absolute(dir);
+    let node_dir = dir.join(NODES_DIR);
+    let node_file = |name: &str, suffix: &str| node_dir.join(format!("{name}.{suffix}"));
+    let mut own: Vec<PathBuf> = Vec::new();
+    for (name, _) in &parsed {
+        for suffix in ["cert.pem", "key.pem", "yaml"] {
+            own.push(node_file(name, suffix));
+        }
+    }
+    prepare(&dir, options, &own)?;
+    let auth = Authority::generate(options)?;
+    let mut leaves = Vec::with_capacity(parsed.len());
+    for (name, sans) in &parsed {
+        let (cert, key) = auth.server_leaf(&format!("sandbox-readiness agent {name}"), sans)?;
+        leaves.push((cert, key));
+    }
+    auth.create_dir(&dir)?;
+    auth.create_dir(&node_dir)?;
+    let mut out = NodesInitOutput {
+        ca_cert: dir.join(CA_CERT_FILE),
+        ca_key: dir.join(CA_KEY_FILE),
+        client_cert: dir.join(CLIENT_CERT_FILE),
+        client_key: dir.join(CLIENT_KEY_FILE),
+        nodes: Vec::with_capacity(parsed.len()),
+        ca_not_after: auth.ca_not_after(),
+        cert_not_after: auth.cert_not_after(),
+        dir: dir.clone(),
+    };
+    for (name, sans) in parsed {
+        out.nodes.push(NodeFiles {
+            cert: node_file(&name, "cert.pem"),
+            key: node_file(&name, "key.pem"),
+            config: node_file(&name, "yaml"),
+            sans: sans.into_iter().map(|(n, _)| n).collect(),
+            name,
+        });
+    }
+    let keys: Vec<(&Path, &str)> = out
+        .nodes
+        .iter()
+        .zip(&leaves)
+        .map(|(n, (_, key))| (n.key.as_path(), key.as_str()))
+        .collect();
+    auth.write_shared(&dir, options.force, &keys)?;
+    for (node, (cert, key)) in out.nodes.iter().zip(&leaves) {
+        write_private(&node.cert, cert.as_bytes(), options.force)?;
+        let mut doc = String::new();
+        let _ = writeln!(
+            doc,
+            "# sandbox-readiness for node {} only (certificate for {}, until {}).",
+            node.name,
+            node.sans.join(", "),
+            humantime::format_rfc3339_seconds(out.cert_not_after)
+        );
+        doc.push_str(
+            "# SECRET: it contains this node's PRIVATE KEY. Add it to this node's machine\n\
+             # config only; the controller checks it with --tls-server-name-from-node.\n",
+        );
+        doc.push_str(&service_config(cert, key, &auth.ca_cert_pem));
+        write_private(&node.config, doc.as_bytes(), options.force)?;
+    }
+    Ok(out)
+}
+
+fn dir_absolute(dir: &Path) -> PathBuf {
+    std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf())
+}
+
+/// Checks the validity options and, without `force`, that none of the
+/// CA and client files in `dir` nor the files `own` exists.
+fn prepare(dir: &Path, options: &InitOptions, own: &[PathBuf]) -> Result<(), TlsError> {
     for validity in [options.ca_validity, options.cert_validity] {
         if validity.is_zero() || validity > MAX_VALIDITY {
             return Err(TlsError::Config(format!(
@@ -110,113 +342,145 @@ pub fn init(dir: &Path, sans: &[String], options: &InitOptions) -> Result<InitOu
             )));
         }
     }
-    let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
-    let path = |name: &str| dir.join(name);
-    let names = [
-        CA_CERT_FILE,
-        CA_KEY_FILE,
-        SERVER_CERT_FILE,
-        SERVER_KEY_FILE,
-        CLIENT_CERT_FILE,
-        CLIENT_KEY_FILE,
-    ];
     if !options.force {
-        for name in names {
-            let p = path(name);
+        let shared = [CA_CERT_FILE, CA_KEY_FILE, CLIENT_CERT_FILE, CLIENT_KEY_FILE];
+        for p in shared
+            .iter()
+            .map(|f| dir.join(f))
+            .chain(own.iter().cloned())
+        {
             if std::fs::symlink_metadata(&p).is_ok() {
                 return Err(TlsError::Exists { path: p });
             }
         }
     }
+    Ok(())
+}
 
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_err(|_| TlsError::Config("the system clock is before 1970".to_string()))?;
-    let not_before = now.saturating_sub(BACKDATE);
-    let ca_until = now + options.ca_validity;
-    let cert_until = now + options.cert_validity.min(options.ca_validity);
+/// The CA, the controller's certificate and the validity window that every
+/// server certificate of one run shares.
+struct Authority {
+    issuer: Issuer<'static, KeyPair>,
+    ca_cert_pem: String,
+    ca_key_pem: String,
+    client_cert_pem: String,
+    client_key_pem: String,
+    not_before: Duration,
+    ca_until: Duration,
+    cert_until: Duration,
+}
 
-    let generate = |what: &'static str| {
-        move |e: rcgen::Error| TlsError::Generate {
-            what,
-            reason: e.to_string(),
-        }
-    };
-
-    let ca_key =
-        KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(generate("the CA key"))?;
-    let mut ca_params = CertificateParams::default();
-    ca_params.distinguished_name =
-        distinguished_name(&format!("sandbox-readiness CA {:08x}", fastrand::u32(..)));
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    set_validity(&mut ca_params, not_before, ca_until);
-    let ca_cert = ca_params
-        .self_signed(&ca_key)
-        .map_err(generate("the CA certificate"))?;
-    let ca_key_pem = ca_key.serialize_pem();
-    let issuer = Issuer::new(ca_params, ca_key);
-
-    let server_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
-        .map_err(generate("the server key"))?;
-    let mut server_params = leaf_params("sandbox-readiness agent", not_before, cert_until);
-    server_params.subject_alt_names = san_list.iter().map(|(_, san)| san.clone()).collect();
-    server_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let server_cert = server_params
-        .signed_by(&server_key, &issuer)
-        .map_err(generate("the server certificate"))?;
-
-    let client_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
-        .map_err(generate("the client key"))?;
-    let mut client_params = leaf_params(&options.client_name, not_before, cert_until);
-    client_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    let client_cert = client_params
-        .signed_by(&client_key, &issuer)
-        .map_err(generate("the client certificate"))?;
-
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .map_err(|e| TlsError::Write {
-            path: dir.clone(),
-            reason: io_reason(&e),
-        })?;
-
-    let out = InitOutput {
-        ca_cert: path(CA_CERT_FILE),
-        ca_key: path(CA_KEY_FILE),
-        server_cert: path(SERVER_CERT_FILE),
-        server_key: path(SERVER_KEY_FILE),
-        client_cert: path(CLIENT_CERT_FILE),
-        client_key: path(CLIENT_KEY_FILE),
-        sans: san_list.into_iter().map(|(name, _)| name).collect(),
-        ca_not_after: SystemTime::UNIX_EPOCH + ca_until,
-        cert_not_after: SystemTime::UNIX_EPOCH + cert_until,
-        ca_cert_pem: ca_cert.pem(),
-        server_cert_pem: server_cert.pem(),
-        server_key_pem: server_key.serialize_pem(),
-        dir,
-    };
-    // Keys first: a run that fails half-way leaves no certificate whose key
-    // is missing.
-    let client_key_pem = client_key.serialize_pem();
-    let writes: [(&Path, &str); 6] = [
-        (&out.ca_key, &ca_key_pem),
-        (&out.server_key, &out.server_key_pem),
-        (&out.client_key, &client_key_pem),
-        (&out.ca_cert, &out.ca_cert_pem),
-        (&out.server_cert, &out.server_cert_pem),
-        (&out.client_cert, &client_cert.pem()),
-    ];
-    for (file, contents) in writes {
-        write_private(file, contents.as_bytes(), options.force)?;
+fn generate(what: &'static str) -> impl Fn(rcgen::Error) -> TlsError {
+    move |e| TlsError::Generate {
+        what,
+        reason: e.to_string(),
     }
-    Ok(out)
+}
+
+impl Authority {
+    fn generate(options: &InitOptions) -> Result<Self, TlsError> {
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_err(|_| TlsError::Config("the system clock is before 1970".to_string()))?;
+        let not_before = now.saturating_sub(BACKDATE);
+        let ca_until = now + options.ca_validity;
+        let cert_until = now + options.cert_validity.min(options.ca_validity);
+
+        let ca_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+            .map_err(generate("the CA key"))?;
+        let mut ca_params = CertificateParams::default();
+        ca_params.distinguished_name =
+            distinguished_name(&format!("sandbox-readiness CA {:08x}", fastrand::u32(..)));
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        ca_params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        set_validity(&mut ca_params, not_before, ca_until);
+        let ca_cert = ca_params
+            .self_signed(&ca_key)
+            .map_err(generate("the CA certificate"))?;
+        let ca_key_pem = ca_key.serialize_pem();
+        let issuer = Issuer::new(ca_params, ca_key);
+
+        let client_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+            .map_err(generate("the client key"))?;
+        let mut client_params = leaf_params(&options.client_name, not_before, cert_until);
+        client_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let client_cert = client_params
+            .signed_by(&client_key, &issuer)
+            .map_err(generate("the client certificate"))?;
+        Ok(Authority {
+            issuer,
+            ca_cert_pem: ca_cert.pem(),
+            ca_key_pem,
+            client_cert_pem: client_cert.pem(),
+            client_key_pem: client_key.serialize_pem(),
+            not_before,
+            ca_until,
+            cert_until,
+        })
+    }
+
+    /// A serverAuth certificate for `sans`: (certificate, key) as PEM.
+    fn server_leaf(
+        &self,
+        common_name: &str,
+        sans: &[(String, SanType)],
+    ) -> Result<(String, String), TlsError> {
+        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+            .map_err(generate("the server key"))?;
+        let mut params = leaf_params(common_name, self.not_before, self.cert_until);
+        params.subject_alt_names = sans.iter().map(|(_, san)| san.clone()).collect();
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .map_err(generate("the server certificate"))?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+
+    fn ca_not_after(&self) -> SystemTime {
+        SystemTime::UNIX_EPOCH + self.ca_until
+    }
+
+    fn cert_not_after(&self) -> SystemTime {
+        SystemTime::UNIX_EPOCH + self.cert_until
+    }
+
+    fn create_dir(&self, dir: &Path) -> Result<(), TlsError> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| TlsError::Write {
+                path: dir.to_path_buf(),
+                reason: io_reason(&e),
+            })
+    }
+
+    /// Writes the CA and client files and the server keys given. Keys
+    /// first: a run that fails half-way leaves no certificate whose key is
+    /// missing.
+    fn write_shared(
+        &self,
+        dir: &Path,
+        force: bool,
+        server_keys: &[(&Path, &str)],
+    ) -> Result<(), TlsError> {
+        write_private(&dir.join(CA_KEY_FILE), self.ca_key_pem.as_bytes(), force)?;
+        for (file, pem) in server_keys {
+            write_private(file, pem.as_bytes(), force)?;
+        }
+        for (name, pem) in [
+            (CLIENT_KEY_FILE, &self.client_key_pem),
+            (CA_CERT_FILE, &self.ca_cert_pem),
+            (CLIENT_CERT_FILE, &self.client_cert_pem),
+        ] {
+            write_private(&dir.join(name), pem.as_bytes(), force)?;
+        }
+        Ok(())
+    }
 }
 
 fn distinguished_name(common_name: &str) -> DistinguishedName {
@@ -377,17 +641,14 @@ fn parse_san(value: &str) -> Result<(String, SanType), TlsError> {
     Ok((name, SanType::DnsName(ia5)))
 }
 
-/// The text `tls init` prints: a valid YAML stream whose only document is
-/// the Talos `ExtensionServiceConfig` that mounts the server certificate,
-/// key and client CA into the extension service and points the agent's
-/// environment at them, with comments around it (what the files are, that
-/// the document carries the server's private key, the matching `check`
-/// flags). Print it; never log it.
+/// The contents of `DIR/server.yaml` that [`init`] writes: a valid YAML
+/// stream whose only document is the Talos `ExtensionServiceConfig` that
+/// mounts the shared server certificate, key and client CA into the
+/// extension service and points the agent's environment at them, with
+/// comments around it (what the files are, that the document carries the
+/// server's private key, the matching `check` flags). It is a secret: never
+/// print or log it.
 pub fn render_instructions(out: &InitOutput) -> String {
-    let node = |file: &str| format!("{NODE_TLS_DIR}/{file}");
-    let node_cert = node("server.pem");
-    let node_key = node("server-key.pem");
-    let node_ca = node("client-ca.pem");
     let until = |t: SystemTime| humantime::format_rfc3339_seconds(t).to_string();
 
     let mut s = String::new();
@@ -419,26 +680,11 @@ pub fn render_instructions(out: &InitOutput) -> String {
         "#    SECRET: it contains the agents' PRIVATE KEY. Once applied, the machine config\n",
     );
     s.push_str("#    is a secret: store and share it as one.\n");
-    s.push_str("---\n");
-    s.push_str("apiVersion: v1alpha1\n");
-    s.push_str("kind: ExtensionServiceConfig\n");
-    s.push_str("name: sandbox-readiness\n");
-    s.push_str("configFiles:\n");
-    for (mount, pem) in [
-        (&node_cert, &out.server_cert_pem),
-        (&node_key, &out.server_key_pem),
-        (&node_ca, &out.ca_cert_pem),
-    ] {
-        let _ = writeln!(s, "  - mountPath: {mount}");
-        s.push_str("    content: |\n");
-        for line in pem.lines() {
-            let _ = writeln!(s, "      {line}");
-        }
-    }
-    s.push_str("environment:\n");
-    let _ = writeln!(s, "  - SANDBOX_READINESS_TLS_CERT={node_cert}");
-    let _ = writeln!(s, "  - SANDBOX_READINESS_TLS_KEY={node_key}");
-    let _ = writeln!(s, "  - SANDBOX_READINESS_CLIENT_CA={node_ca}");
+    s.push_str(&service_config(
+        &out.server_cert_pem,
+        &out.server_key_pem,
+        &out.ca_cert_pem,
+    ));
     s.push_str(
         "\n# 2. Ask the agents from the controller's machine, dialling each node by a name\n",
     );
@@ -457,6 +703,110 @@ pub fn render_instructions(out: &InitOutput) -> String {
     s.push_str(
         "#    (dialling a node by an address the certificate does not hold? add\n\
          #    --tls-server-name with a name it does.)\n",
+    );
+    s
+}
+
+/// The Talos `ExtensionServiceConfig` document (from its `---` through the
+/// environment) mounting a server certificate, its key and the client CA
+/// at [`NODE_TLS_DIR`] and pointing the agent's environment at them.
+fn service_config(cert_pem: &str, key_pem: &str, ca_pem: &str) -> String {
+    let node = |file: &str| format!("{NODE_TLS_DIR}/{file}");
+    let (node_cert, node_key, node_ca) = (
+        node("server.pem"),
+        node("server-key.pem"),
+        node("client-ca.pem"),
+    );
+    let mut s = String::new();
+    s.push_str("---\n");
+    s.push_str("apiVersion: v1alpha1\n");
+    s.push_str("kind: ExtensionServiceConfig\n");
+    s.push_str("name: sandbox-readiness\n");
+    s.push_str("configFiles:\n");
+    for (mount, pem) in [
+        (&node_cert, cert_pem),
+        (&node_key, key_pem),
+        (&node_ca, ca_pem),
+    ] {
+        let _ = writeln!(s, "  - mountPath: {mount}");
+        s.push_str("    content: |\n");
+        for line in pem.lines() {
+            let _ = writeln!(s, "      {line}");
+        }
+    }
+    s.push_str("environment:\n");
+    let _ = writeln!(s, "  - SANDBOX_READINESS_TLS_CERT={node_cert}");
+    let _ = writeln!(s, "  - SANDBOX_READINESS_TLS_KEY={node_key}");
+    let _ = writeln!(s, "  - SANDBOX_READINESS_CLIENT_CA={node_ca}");
+    s
+}
+
+/// What `tls init --san` prints: the files written, none of their contents.
+pub fn render_summary(out: &InitOutput) -> String {
+    let until = |t: SystemTime| humantime::format_rfc3339_seconds(t).to_string();
+    let mut s = String::new();
+    let _ = writeln!(s, "wrote (all 0600) in {}:", out.dir.display());
+    let _ = writeln!(
+        s,
+        "  {CA_CERT_FILE}, {CA_KEY_FILE}: the CA (until {}); keep {CA_KEY_FILE} offline",
+        until(out.ca_not_after)
+    );
+    let _ = writeln!(
+        s,
+        "  {SERVER_CERT_FILE}, {SERVER_KEY_FILE}: ONE server certificate for every node ({}; until {})",
+        out.sans.join(", "),
+        until(out.cert_not_after)
+    );
+    let _ = writeln!(
+        s,
+        "  {CLIENT_CERT_FILE}, {CLIENT_KEY_FILE}: the controller's client certificate"
+    );
+    let _ = writeln!(
+        s,
+        "  {SERVER_CONFIG_FILE}: the ExtensionServiceConfig for every node (SECRET: holds the server key)"
+    );
+    s.push_str(
+        "a node holding the shared key can answer as any other: prefer --node NAME=SAN,... (one certificate per node)\n",
+    );
+    let _ = writeln!(
+        s,
+        "add {SERVER_CONFIG_FILE} to each node's machine config; then:\n  sandbox-readiness check --tls-ca {} --tls-cert {} --tls-key {} --nodes NODE[,NODE...]",
+        shell_quote(&out.ca_cert),
+        shell_quote(&out.client_cert),
+        shell_quote(&out.client_key)
+    );
+    s
+}
+
+/// What `tls init --node` prints: the files written, none of their contents.
+pub fn render_nodes_summary(out: &NodesInitOutput) -> String {
+    let until = |t: SystemTime| humantime::format_rfc3339_seconds(t).to_string();
+    let mut s = String::new();
+    let _ = writeln!(s, "wrote (all 0600) in {}:", out.dir.display());
+    let _ = writeln!(
+        s,
+        "  {CA_CERT_FILE}, {CA_KEY_FILE}: the CA (until {}); keep {CA_KEY_FILE} offline",
+        until(out.ca_not_after)
+    );
+    let _ = writeln!(
+        s,
+        "  {CLIENT_CERT_FILE}, {CLIENT_KEY_FILE}: the controller's client certificate (until {})",
+        until(out.cert_not_after)
+    );
+    for n in &out.nodes {
+        let _ = writeln!(
+            s,
+            "  {NODES_DIR}/{0}.yaml: node {0}'s ExtensionServiceConfig (SECRET: holds its key; {1})",
+            n.name,
+            n.sans.join(", ")
+        );
+    }
+    let _ = writeln!(
+        s,
+        "add each nodes/NAME.yaml to that node's machine config only; then:\n  sandbox-readiness check --tls-ca {} --tls-cert {} --tls-key {} --tls-server-name-from-node --kube-nodes ...",
+        shell_quote(&out.ca_cert),
+        shell_quote(&out.client_cert),
+        shell_quote(&out.client_key)
     );
     s
 }

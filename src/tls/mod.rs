@@ -55,9 +55,14 @@
 //! `tonic::transport::ClientTlsConfig` for `Endpoint::tls_config` (use an
 //! `https://` URL).
 //!
-//! # Certificates for people (`tls init DIR --san NAME...`)
+//! # Certificates for people (`tls init DIR --node NAME=SAN,...` or `--san NAME...`)
 //!
-//! [`init`] writes, all mode 0600 and refusing to overwrite unless forced:
+//! [`init_nodes`] writes, all mode 0600 and refusing to overwrite unless
+//! forced, the CA and client files below and for each node
+//! `nodes/NAME.cert.pem` (serverAuth, valid for NAME and its SANs),
+//! `nodes/NAME.key.pem` and `nodes/NAME.yaml`, the node's Talos
+//! `ExtensionServiceConfig` carrying only its own key. [`init`] issues one
+//! shared server certificate instead:
 //!
 //! | file | what | used as |
 //! |---|---|---|
@@ -65,14 +70,15 @@
 //! | `ca-key.pem` | CA key | kept offline, signs more certificates |
 //! | `server.pem` | agents' certificate (1 year, serverAuth, the `--san` names) | `serve --tls-cert` |
 //! | `server-key.pem` | its key | `serve --tls-key` |
+//! | `server.yaml` | the `ExtensionServiceConfig` ([`render_instructions`]) | machine config |
 //! | `client.pem` | controller's certificate (1 year, clientAuth) | `check --tls-cert` |
 //! | `client-key.pem` | its key | `check --tls-key` |
 //!
-//! [`render_instructions`] returns the text to print: the Talos
-//! `ExtensionServiceConfig` document mounting server certificate, key and CA
-//! at [`NODE_TLS_DIR`]`/{server.pem,server-key.pem,client-ca.pem}` with
-//! `SANDBOX_READINESS_TLS_CERT`/`_TLS_KEY`/`_CLIENT_CA` pointing there, and
-//! the matching `check` flags. It contains the server's private key.
+//! The documents mount server certificate, key and CA at
+//! [`NODE_TLS_DIR`]`/{server.pem,server-key.pem,client-ca.pem}` with
+//! `SANDBOX_READINESS_TLS_CERT`/`_TLS_KEY`/`_CLIENT_CA` pointing there. They
+//! contain a private key: [`render_summary`] and [`render_nodes_summary`]
+//! are what `tls init` prints instead.
 
 mod accept;
 mod client;
@@ -85,7 +91,9 @@ pub use accept::{address_key, incoming, AcceptCounts, AcceptLimits, AcceptStats,
 pub use client::{client_tls_config, CLIENT_HANDSHAKE_TIMEOUT};
 pub use error::TlsError;
 pub use init::{
-    init, render_instructions, InitOptions, InitOutput, CA_CERT_FILE, CA_KEY_FILE,
-    CLIENT_CERT_FILE, CLIENT_KEY_FILE, NODE_TLS_DIR, SERVER_CERT_FILE, SERVER_KEY_FILE,
+    init, init_nodes, parse_nodes_file, render_instructions, render_nodes_summary, render_summary,
+    InitOptions, InitOutput, NodeFiles, NodeSpec, NodesInitOutput, CA_CERT_FILE, CA_KEY_FILE,
+    CLIENT_CERT_FILE, CLIENT_KEY_FILE, NODES_DIR, NODE_TLS_DIR, SERVER_CERT_FILE,
+    SERVER_CONFIG_FILE, SERVER_KEY_FILE,
 };
 pub use server::{ReloadOptions, Reloader, ServerTls, TlsPaths};
