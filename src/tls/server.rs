@@ -348,7 +348,7 @@ impl NamedClients {
             return false;
         };
         let allowed = |n: &str| self.names.iter().any(|want| want == n);
-        cert.valid_dns_names().any(|n| allowed(n)) || cert.valid_uri_names().any(|n| allowed(n))
+        cert.valid_dns_names().any(allowed) || cert.valid_uri_names().any(allowed)
     }
 }
 
