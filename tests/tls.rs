@@ -787,6 +787,8 @@ async fn slow_and_garbage_peers_do_not_block_a_good_client() {
         init_server(&out),
         AcceptLimits {
             handshake_timeout: timeout,
+            // All 22 come from one address; this is about timeouts.
+            max_handshakes_per_ip: 0,
             ..AcceptLimits::default()
         },
     )
@@ -860,6 +862,7 @@ async fn per_address_cap_sheds_only_the_flooding_address() {
         init_server(&out),
         AcceptLimits {
             handshake_timeout: Duration::from_secs(30),
+            hello_timeout: Duration::from_secs(30),
             max_handshakes: 64,
             max_handshakes_per_ip: 4,
         },
@@ -898,16 +901,18 @@ async fn per_address_cap_sheds_only_the_flooding_address() {
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
-/// With the global cap reached, new connections are shed, and admitted
-/// again once the slow ones time out.
+/// With the global cap reached by silent peers, a newcomer takes the place
+/// of the oldest one still waiting for its ClientHello: silent sockets can
+/// never lock a real client out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn global_cap_sheds_then_recovers() {
+async fn a_full_pool_of_silent_peers_makes_room_for_a_new_client() {
     let tmp = tempfile::tempdir().unwrap();
     let out = init_in(tmp.path(), &["127.0.0.1"]);
     let served = serve_tls(
         init_server(&out),
         AcceptLimits {
-            handshake_timeout: Duration::from_millis(800),
+            handshake_timeout: Duration::from_secs(30),
+            hello_timeout: Duration::from_secs(30),
             max_handshakes: 3,
             max_handshakes_per_ip: 0,
         },
@@ -916,17 +921,46 @@ async fn global_cap_sheds_then_recovers() {
     let mut idle = Vec::new();
     for _ in 0..3 {
         idle.push(TcpStream::connect(served.addr).await.unwrap());
+        // One at a time, so "oldest" is well defined.
+        let n = idle.len() as u64;
+        wait_stats(&served.stats, "idle peer in flight", |c| c.in_flight == n).await;
     }
-    wait_stats(&served.stats, "slots full", |c| c.in_flight == 3).await;
-    // Shed: reset before connect returns, or closed right after.
-    if let Ok(mut extra) = TcpStream::connect(served.addr).await {
-        let mut buf = [0u8; 1];
-        let r = tokio::time::timeout(Duration::from_millis(500), extra.read(&mut buf)).await;
-        assert!(matches!(r, Ok(Ok(0) | Err(_))), "not shed: {r:?}");
-    }
-    wait_stats(&served.stats, "extra shed", |c| c.shed == 1).await;
+    assert_eq!(ask(served.addr, init_client(&out)).await, Ok(SERVING));
+    let counts = served.stats.snapshot();
+    assert_eq!((counts.evicted, counts.shed), (1, 0), "{counts:?}");
+    // The oldest silent peer was cut, the younger ones were not.
+    let mut buf = [0u8; 1];
+    let cut = tokio::time::timeout(Duration::from_secs(2), idle[0].read(&mut buf)).await;
+    assert!(matches!(cut, Ok(Ok(0) | Err(_))), "oldest not cut: {cut:?}");
+    let kept = tokio::time::timeout(Duration::from_millis(300), idle[2].read(&mut buf)).await;
+    assert!(kept.is_err(), "the youngest was cut too: {kept:?}");
+}
 
-    wait_stats(&served.stats, "slots freed", |c| c.in_flight == 0).await;
+/// Silent peers are cut at the ClientHello deadline, long before the
+/// handshake timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_client_hello_in_time_is_cut_at_the_hello_deadline() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = init_in(tmp.path(), &["127.0.0.1"]);
+    let served = serve_tls(
+        init_server(&out),
+        AcceptLimits {
+            handshake_timeout: Duration::from_secs(60),
+            hello_timeout: Duration::from_millis(300),
+            ..AcceptLimits::default()
+        },
+    )
+    .await;
+    let started = Instant::now();
+    let mut idle = TcpStream::connect(served.addr).await.unwrap();
+    let mut buf = [0u8; 1];
+    let cut = tokio::time::timeout(Duration::from_secs(10), idle.read(&mut buf)).await;
+    assert!(matches!(cut, Ok(Ok(0) | Err(_))), "not cut: {cut:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(ask(served.addr, init_client(&out)).await, Ok(SERVING));
 }
 

@@ -1,11 +1,14 @@
 //! Listening sockets: many `--listen` addresses merged into one stream of
 //! connections, a cap on connections held at once in total and per peer
-//! address (so a handful of addresses cannot take every slot), and (for
+//! address (so a handful of addresses cannot take every slot), (for
 //! plaintext) a deadline for the HTTP/2 preface so idle sockets cannot pile
-//! up.
+//! up, and a maximum age: the server sends GOAWAY at the age, Watch
+//! streams end then ([`ConnInfo::ends_at`]), and a connection still open a
+//! grace period later is closed.
 
 use std::{
     collections::HashMap,
+    future::Future,
     io,
     net::IpAddr,
     pin::Pin,
@@ -18,6 +21,7 @@ use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf},
     net::{TcpListener, TcpStream},
     sync::{mpsc, OwnedSemaphorePermit, Semaphore},
+    time::{Instant, Sleep},
 };
 use tokio_rustls::server::TlsStream;
 use tokio_stream::{Stream, StreamExt};
@@ -171,20 +175,48 @@ impl Drop for AddressSlot {
     }
 }
 
+/// How long connections live: GOAWAY at `age` (tonic's
+/// `max_connection_age`), Watch streams end then too, and the socket is
+/// closed `grace` later whatever is still running on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaxAge {
+    pub age: Duration,
+    pub grace: Duration,
+}
+
+/// What handlers learn about their connection (in each request's
+/// extensions).
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    pub tcp: TcpConnectInfo,
+    /// When the connection reaches its maximum age: streams that would
+    /// otherwise never end (Watch) end then, cleanly, so the client
+    /// reconnects on a new connection.
+    pub ends_at: Option<Instant>,
+}
+
 /// A connection that gives back its slots when dropped.
 #[derive(Debug)]
 pub struct Counted {
     inner: Io,
     _slot: OwnedSemaphorePermit,
     _address: Option<AddressSlot>,
+    ends_at: Option<Instant>,
+    /// The end of the grace period: reads end (EOF) from then on, and the
+    /// server drops the connection.
+    closes: Option<Pin<Box<Sleep>>>,
 }
 
 impl Connected for Counted {
-    type ConnectInfo = TcpConnectInfo;
+    type ConnectInfo = ConnInfo;
     fn connect_info(&self) -> Self::ConnectInfo {
-        match &self.inner {
+        let tcp = match &self.inner {
             Io::Plain(c) => c.0.connect_info(),
             Io::Tls(c) => c.get_ref().0.connect_info(),
+        };
+        ConnInfo {
+            tcp,
+            ends_at: self.ends_at,
         }
     }
 }
@@ -195,7 +227,15 @@ impl AsyncRead for Counted {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+        let this = self.get_mut();
+        // The server always has a read pending, so this registers the timer.
+        if let Some(closes) = &mut this.closes {
+            if closes.as_mut().poll(cx).is_ready() {
+                debug!("closing a connection past its maximum age and grace period");
+                return Poll::Ready(Ok(()));
+            }
+        }
+        Pin::new(&mut this.inner).poll_read(cx, buf)
     }
 }
 
@@ -228,11 +268,13 @@ impl AsyncWrite for Counted {
 /// Merges per-listener connection streams into one, holding a slot of
 /// `slots` and one of its address in `per_address` for each connection
 /// (a plaintext one brings its address slot from accept); connections
-/// beyond either cap are closed at once.
+/// beyond either cap are closed at once. With `max_age`, each connection's
+/// age counts from here.
 pub fn merge<S, T>(
     streams: Vec<S>,
     slots: Arc<Semaphore>,
     per_address: PerAddress,
+    max_age: Option<MaxAge>,
 ) -> tokio_stream::wrappers::ReceiverStream<Result<Counted, io::Error>>
 where
     S: Stream<Item = Result<T, io::Error>> + Send + Unpin + 'static,
@@ -268,11 +310,18 @@ where
                         (slot, a)
                     }
                 };
+                let ends_at = max_age.and_then(|m| Instant::now().checked_add(m.age));
+                let closes = max_age
+                    .zip(ends_at)
+                    .and_then(|(m, end)| end.checked_add(m.grace))
+                    .map(|at| Box::pin(tokio::time::sleep_until(at)));
                 if tx
                     .send(Ok(Counted {
                         inner,
                         _slot: slot,
                         _address: address,
+                        ends_at,
+                        closes,
                     }))
                     .await
                     .is_err()

@@ -60,6 +60,12 @@ pub struct ServeConfig {
     /// may take before the connection is dropped.
     pub keepalive_interval: Duration,
     pub keepalive_timeout: Duration,
+    /// A connection gets GOAWAY at this age (its Watch streams end then,
+    /// and clients reconnect) and is closed [`MAX_AGE_GRACE`] later.
+    pub max_connection_age: Duration,
+    /// With a client CA: accept only client certificates with one of these
+    /// as a DNS or URI subject alternative name (empty: any from the CA).
+    pub client_names: Vec<String>,
     /// Where and how to observe; the desired state's sysctls are added to
     /// `extra_sysctls`.
     pub observe: ObserveConfig,
@@ -102,12 +108,22 @@ pub enum ServeError {
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("the HTTP/2 keepalive {0} must be more than 0")]
     ZeroKeepalive(&'static str),
+    #[error("--max-connection-age must be more than 0")]
+    ZeroMaxAge,
+    #[error(
+        "--client-name needs --client-ca: without client certificates there are no names to check"
+    )]
+    ClientNameWithoutCa,
     #[error("server failed: {0}")]
     Server(#[from] tonic::transport::Error),
 }
 
 /// Checks the listen/TLS combination before anything starts.
 pub fn check_security(cfg: &ServeConfig) -> Result<(), ServeError> {
+    let has_ca = cfg.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
+    if !cfg.client_names.is_empty() && !has_ca {
+        return Err(ServeError::ClientNameWithoutCa);
+    }
     for addr in &cfg.listen {
         if addr.ip().is_loopback() || cfg.insecure_plaintext {
             continue;
@@ -133,6 +149,9 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
     if conf.keepalive_timeout.is_zero() {
         return Err(ServeError::ZeroKeepalive("timeout"));
     }
+    if conf.max_connection_age.is_zero() {
+        return Err(ServeError::ZeroMaxAge);
+    }
     let desired = conf.desired.clone();
     let nofile = raise_fd_limit();
     let configured = Limits {
@@ -157,7 +176,10 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
         "connection limits"
     );
     let tls = match &conf.tls {
-        Some(paths) => Some(ServerTls::load(paths.clone())?),
+        Some(paths) => Some(ServerTls::load_for_clients(
+            paths.clone(),
+            conf.client_names.clone(),
+        )?),
         None => None,
     };
     let mut listeners = Vec::new();
@@ -176,6 +198,8 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
         listen = ?conf.listen,
         tls = tls.is_some(),
         client_ca = conf.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
+        client_names = ?conf.client_names,
+        max_connection_age = %humantime::format_duration(conf.max_connection_age),
         poll_interval = %humantime::format_duration(conf.poll_interval),
         probe_interval = %humantime::format_duration(conf.probe_interval),
         min_refresh_interval = %humantime::format_duration(conf.min_refresh_interval),
@@ -204,18 +228,22 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
         shutdown_rx.clone(),
     );
 
+    // Every service decodes at most MAX_REQUEST_BYTES, not tonic's 4 MiB.
     let (health, health_svc) = tonic_health::server::health_reporter();
+    let health_svc = health_svc.max_decoding_message_size(MAX_REQUEST_BYTES);
     health
         .set_serving::<ReadinessServiceServer<service::Service>>()
         .await;
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
+        .build_v1()?
+        .max_decoding_message_size(MAX_REQUEST_BYTES);
     let reflection_v1alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()?;
+        .build_v1alpha()?
+        .max_decoding_message_size(MAX_REQUEST_BYTES);
 
     let router = Server::builder()
         .max_concurrent_streams(Some(128))
@@ -223,6 +251,9 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
         .http2_keepalive_interval(Some(conf.keepalive_interval))
         .http2_keepalive_timeout(Some(conf.keepalive_timeout))
         .tcp_keepalive(Some(Duration::from_secs(60)))
+        // GOAWAY at the age; listen::Counted closes the socket after the
+        // grace (tonic's own grace timer would skip the GOAWAY).
+        .max_connection_age(conf.max_connection_age)
         .timeout(conf.request_timeout)
         .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
             conf.max_concurrent_requests,
@@ -255,6 +286,10 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
     };
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let per_address = listen::PerAddress::new(limits.max_connections_per_address);
+    let max_age = Some(listen::MaxAge {
+        age: conf.max_connection_age,
+        grace: MAX_AGE_GRACE,
+    });
     // Both transports feed one connection type, so one server runs either way.
     let (_reloader, connections) = match tls {
         Some(tls) => {
@@ -268,7 +303,10 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
                 .into_iter()
                 .map(|l| tls::incoming(l, tls.clone(), accept.clone()))
                 .collect();
-            (Some(reloader), listen::merge(streams, slots, per_address))
+            (
+                Some(reloader),
+                listen::merge(streams, slots, per_address, max_age),
+            )
         }
         None => {
             // A socket waiting for its preface holds a connection slot
@@ -284,7 +322,7 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
                     )
                 })
                 .collect();
-            (None, listen::merge(streams, slots, per_address))
+            (None, listen::merge(streams, slots, per_address, max_age))
         }
     };
     let serve = router.serve_with_incoming_shutdown(connections, shutdown);
@@ -359,10 +397,17 @@ async fn wait_for_signal() {
     }
 }
 
-/// TLS handshakes in flight at most, in total and per address, before
-/// sizing to the open-file limit.
+/// TLS handshakes in flight at most, in total and per address (an IPv4
+/// address or an IPv6 /64), before sizing to the open-file limit. 64
+/// addresses are needed to fill the total, and even then a newcomer takes
+/// the place of the oldest handshake still waiting for its ClientHello.
 pub const MAX_HANDSHAKES: usize = 1024;
-pub const MAX_HANDSHAKES_PER_ADDRESS: usize = 64;
+pub const MAX_HANDSHAKES_PER_ADDRESS: usize = 16;
+
+/// How long a connection past its maximum age may finish what it is doing
+/// (unary calls have `--request-timeout`, 30 s by default) before it is
+/// closed.
+pub const MAX_AGE_GRACE: Duration = Duration::from_secs(30);
 
 /// Descriptors never given to connections: the probe helper's and runsc's
 /// pipes, CRI connections, /proc and /sys reads, drop-in files, the
@@ -485,7 +530,7 @@ mod tests {
         // A handful of addresses cannot fill it.
         assert_eq!(l.max_connections_per_address, 84);
         assert!(l.max_connections_per_address * 4 < l.max_connections);
-        assert_eq!(l.max_handshakes_per_address, 28);
+        assert_eq!(l.max_handshakes_per_address, 16);
     }
 
     #[test]

@@ -141,6 +141,12 @@ impl ReadinessService for Service {
                 self.max_watchers
             ))
         })?;
+        // A connection at its maximum age ends its Watch streams cleanly;
+        // the client reconnects on a new connection.
+        let ends_at = request
+            .extensions()
+            .get::<crate::agent::listen::ConnInfo>()
+            .and_then(|c| c.ends_at);
         let desired = self.desired(request.into_inner().desired)?;
         if desired.require_sandbox_probe {
             // The sandbox result arrives as a change on the stream.
@@ -152,7 +158,7 @@ impl ReadinessService for Service {
         // One slot more than the buffer: it stays free for the status that
         // tells a dropped slow watcher why its stream ended.
         let (tx, rx) = mpsc::channel(WATCH_BUFFER + 1);
-        tokio::spawn(self.clone().watch_loop(tx, desired, permit));
+        tokio::spawn(self.clone().watch_loop(tx, desired, permit, ends_at));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(|m| *m))))
     }
 }
@@ -163,7 +169,15 @@ impl Service {
         tx: mpsc::Sender<Slot>,
         desired: DesiredState,
         _permit: OwnedSemaphorePermit,
+        ends_at: Option<tokio::time::Instant>,
     ) {
+        let aged = async move {
+            match ends_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(aged);
         let mut sub = self.state.subscribe();
         let mut shutdown = self.shutdown.clone();
         let evaluate = !evaluate::is_empty(&desired);
@@ -188,6 +202,7 @@ impl Service {
             let (report, heartbeat) = tokio::select! {
                 _ = shutdown.changed() => return,
                 _ = tx.closed() => return,
+                () = &mut aged => return,
                 changed = sub.changed() => {
                     if changed.is_err() {
                         return;

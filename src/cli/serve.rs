@@ -37,6 +37,15 @@ pub struct ServeArgs {
     /// CA whose certificates clients must present (PEM).
     #[arg(long, env = "SANDBOX_READINESS_CLIENT_CA", requires = "tls_cert")]
     pub client_ca: Option<PathBuf>,
+    /// Accept only client certificates with this DNS or URI subject alternative name (repeatable; the CN does not count). Needs --client-ca.
+    #[arg(
+        long = "client-name",
+        value_name = "NAME",
+        env = "SANDBOX_READINESS_CLIENT_NAME",
+        value_delimiter = ',',
+        requires = "client_ca"
+    )]
+    pub client_names: Vec<String>,
     /// Serve plaintext (or TLS without client certificates) outside loopback.
     #[arg(long, env = "SANDBOX_READINESS_INSECURE_PLAINTEXT")]
     pub insecure_plaintext: bool,
@@ -89,6 +98,9 @@ pub struct ServeArgs {
     /// Also serve the raw machine id (confidential per machine-id(5)); its app-specific hash is always served.
     #[arg(long, env = "SANDBOX_READINESS_EXPOSE_MACHINE_ID")]
     pub expose_machine_id: bool,
+    /// A connection this old gets GOAWAY: its Watch streams end and clients reconnect, so a new CA or a revoked client takes effect on old connections too.
+    #[arg(long, default_value = "1h", value_parser = parse_positive_duration, env = "SANDBOX_READINESS_MAX_CONNECTION_AGE")]
+    pub max_connection_age: Duration,
     #[command(flatten)]
     pub host: HostArgs,
     /// The desired state `Check` uses when a request carries none.
@@ -123,6 +135,8 @@ impl ServeArgs {
             request_timeout: self.request_timeout,
             keepalive_interval: self.keepalive_interval,
             keepalive_timeout: self.keepalive_timeout,
+            max_connection_age: self.max_connection_age,
+            client_names: self.client_names.clone(),
             observe: ObserveConfig {
                 expose_machine_id: self.expose_machine_id,
                 ..self.host.to_config()

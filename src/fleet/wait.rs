@@ -183,6 +183,11 @@ impl Drop for PoolWatch {
     }
 }
 
+/// A stream that lived at least this long and ended cleanly is replaced
+/// without a word; a shorter one counts as a failure (with backoff), so an
+/// agent that ends streams at once cannot make the watcher spin.
+const QUIET_RECONNECT_AFTER: Duration = Duration::from_secs(1);
+
 /// One node's watcher: connect, stream, and on any failure report it and
 /// reconnect after a backoff, until aborted.
 async fn watch_node(
@@ -196,8 +201,20 @@ async fn watch_node(
 ) {
     let mut attempt: u32 = 0;
     loop {
+        let began = Instant::now();
         let (heard, error) = watch_once(&client, &node, &desired, &opts, &key, epoch, &tx).await;
         let Some(error) = error else { return };
+        if heard
+            && matches!(error, AskError::StreamEnded)
+            && began.elapsed() >= QUIET_RECONNECT_AFTER
+        {
+            // The agent ended a stream cleanly after reports: it does so at
+            // a connection's maximum age, and when it stops. Reconnect at
+            // once and say nothing: the next report tells whether anything
+            // changed, and a failed reconnect is reported as usual.
+            attempt = 0;
+            continue;
+        }
         attempt = if heard { 1 } else { attempt.saturating_add(1) };
         let retry_in = (!error.is_permanent()).then(|| backoff(attempt, &opts));
         let ev = Event {

@@ -1,15 +1,19 @@
 //! Accept loops for `tonic::transport::Server::serve_with_incoming`.
 //!
-//! Handshakes run in their own tasks, each under a timeout, with a cap on how
-//! many are in flight in total and per peer address. A peer that connects and
-//! sends nothing costs one slot for at most the timeout; when the caps are
-//! reached new connections are closed at once (shed) instead of queueing
-//! behind the slow ones, so a well-behaved client retrying gets in as soon as
-//! a slot frees. Failed handshakes are counted, logged at debug at most once a
-//! second, and dropped; the stream itself never ends or yields an error while
-//! its consumer holds it.
+//! Handshakes run in their own tasks, with a cap on how many are in flight
+//! in total and per peer address. The ClientHello must arrive within a
+//! short deadline and the whole handshake within a longer one. A peer that
+//! connects and sends nothing costs one slot for at most the ClientHello
+//! deadline, and less under pressure: when every slot is taken, the oldest
+//! handshake still waiting for its ClientHello is dropped to make room, so
+//! silent sockets can never lock a real client out. Only when every slot
+//! holds a handshake past its ClientHello, or the peer's address holds its
+//! share, is a new connection closed at once (shed) instead of queueing
+//! behind the slow ones. Failed handshakes are counted, logged at debug at
+//! most once a second, and dropped; the stream itself never ends or yields
+//! an error while its consumer holds it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,9 +22,11 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, Notify};
 use tokio::task::{JoinHandle, JoinSet};
+use tokio_rustls::rustls::server::Acceptor;
 use tokio_rustls::server::TlsStream;
+use tokio_rustls::LazyConfigAcceptor;
 use tokio_stream::Stream;
 
 use super::server::ServerTls;
@@ -30,6 +36,10 @@ use super::server::ServerTls;
 pub struct AcceptLimits {
     /// A handshake not finished by then is abandoned and its socket closed.
     pub handshake_timeout: Duration,
+    /// A peer whose ClientHello is not complete by then is cut (a real
+    /// client sends it at once); the rest of the handshake then has what is
+    /// left of `handshake_timeout`.
+    pub hello_timeout: Duration,
     /// Handshakes in flight at once, over all peers (at least 1).
     pub max_handshakes: usize,
     /// Handshakes in flight at once from one IPv4 address or IPv6 /64
@@ -41,8 +51,9 @@ impl Default for AcceptLimits {
     fn default() -> Self {
         Self {
             handshake_timeout: Duration::from_secs(10),
+            hello_timeout: Duration::from_secs(3),
             max_handshakes: 256,
-            max_handshakes_per_ip: 32,
+            max_handshakes_per_ip: 16,
         }
     }
 }
@@ -55,6 +66,7 @@ pub struct AcceptStats {
     handshakes_failed: AtomicU64,
     handshakes_timed_out: AtomicU64,
     shed: AtomicU64,
+    evicted: AtomicU64,
     accept_errors: AtomicU64,
     in_flight: AtomicU64,
 }
@@ -73,6 +85,9 @@ pub struct AcceptCounts {
     pub handshakes_timed_out: u64,
     /// Connections closed unanswered because a cap was reached.
     pub shed: u64,
+    /// Handshakes still waiting for their ClientHello, dropped to make room
+    /// for a new connection while every slot was taken.
+    pub evicted: u64,
     /// `accept(2)` failures (e.g. EMFILE).
     pub accept_errors: u64,
     /// Handshakes running now.
@@ -89,6 +104,7 @@ impl AcceptStats {
             handshakes_failed: get(&self.handshakes_failed),
             handshakes_timed_out: get(&self.handshakes_timed_out),
             shed: get(&self.shed),
+            evicted: get(&self.evicted),
             accept_errors: get(&self.accept_errors),
             in_flight: get(&self.in_flight),
         }
@@ -190,7 +206,7 @@ async fn tls_accept_loop(
     stats: Arc<AcceptStats>,
 ) {
     let TlsSetup { tls, limits } = setup;
-    let slots = Arc::new(Semaphore::new(limits.max_handshakes.max(1)));
+    let pool = Arc::new(Pool::new(limits.max_handshakes));
     let per_ip: PerIp = Arc::new(Mutex::new(HashMap::new()));
     let quiet = Arc::new(QuietLog::new());
     // Owned here so that when this loop ends (stream dropped, task aborted)
@@ -210,16 +226,8 @@ async fn tls_accept_loop(
             }
         };
         AcceptStats::bump(&stats.accepted);
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            shed(
-                tcp,
-                peer,
-                &stats,
-                &quiet,
-                "connection shed: too many TLS handshakes in flight",
-            );
-            continue;
-        };
+        // The address's share first: a flooding address must not evict
+        // anyone else's handshake.
         let Some(ip_slot) = IpSlot::take(&per_ip, peer.ip(), limits.max_handshakes_per_ip) else {
             shed(
                 tcp,
@@ -230,16 +238,60 @@ async fn tls_accept_loop(
             );
             continue;
         };
+        let (slot, evicted) = match pool.take() {
+            Some(taken) => taken,
+            None => {
+                shed(
+                    tcp,
+                    peer,
+                    &stats,
+                    &quiet,
+                    "connection shed: too many TLS handshakes in flight",
+                );
+                continue;
+            }
+        };
+        if evicted {
+            AcceptStats::bump(&stats.evicted);
+            quiet.debug(
+                peer,
+                "dropped the oldest handshake still waiting for its ClientHello to make room",
+            );
+        }
         let _ = tcp.set_nodelay(true);
-        let acceptor = tls.acceptor();
+        let tls = tls.clone();
         let tx = tx.clone();
         let stats = Arc::clone(&stats);
         let quiet = Arc::clone(&quiet);
-        let timeout = limits.handshake_timeout;
+        let (timeout, hello_timeout) = (limits.handshake_timeout, limits.hello_timeout);
         handshakes.spawn(async move {
-            let _slots = (slot, ip_slot);
             let _in_flight = InFlight::enter(&stats);
-            match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
+            let _ip_slot = ip_slot;
+            let deadline = tokio::time::Instant::now() + timeout;
+            let hello_deadline = deadline.min(tokio::time::Instant::now() + hello_timeout);
+            let lazy = LazyConfigAcceptor::new(Acceptor::default(), tcp);
+            let hello = tokio::select! {
+                () = slot.evicted.notified() => return,
+                hello = tokio::time::timeout_at(hello_deadline, lazy) => hello,
+            };
+            let start = match hello {
+                Ok(Ok(start)) => start,
+                Ok(Err(err)) => {
+                    AcceptStats::bump(&stats.handshakes_failed);
+                    quiet.debug_err(peer, "TLS handshake failed", &err);
+                    return;
+                }
+                Err(_) => {
+                    AcceptStats::bump(&stats.handshakes_timed_out);
+                    quiet.debug(peer, "no ClientHello in time");
+                    return;
+                }
+            };
+            if !slot.hello_done() {
+                // Evicted just as its ClientHello came: its slot is gone.
+                return;
+            }
+            match tokio::time::timeout_at(deadline, start.into_stream(tls.config())).await {
                 Ok(Ok(stream)) => {
                     AcceptStats::bump(&stats.handshakes_ok);
                     drop(_in_flight);
@@ -258,6 +310,96 @@ async fn tls_accept_loop(
                 }
             }
         });
+    }
+}
+
+/// The global handshake slots, and which of their holders still wait for
+/// their ClientHello, oldest first: those are the ones a new connection may
+/// take the place of.
+struct Pool {
+    max: usize,
+    state: Mutex<PoolState>,
+}
+
+#[derive(Default)]
+struct PoolState {
+    held: usize,
+    next_id: u64,
+    waiting_hello: BTreeMap<u64, Arc<Notify>>,
+    /// Evicted holders whose slot went to a newcomer; their own drop must
+    /// not give it back a second time.
+    evicted: HashSet<u64>,
+}
+
+impl Pool {
+    fn new(max: usize) -> Self {
+        Self {
+            max: max.max(1),
+            state: Mutex::default(),
+        }
+    }
+
+    /// A slot, free or taken from the oldest handshake still waiting for
+    /// its ClientHello (`true`: one was evicted). `None` when every slot
+    /// holds a handshake past its ClientHello.
+    fn take(self: &Arc<Self>) -> Option<(PoolSlot, bool)> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let evicted = if state.held < self.max {
+            state.held += 1;
+            false
+        } else {
+            let (old, notify) = state.waiting_hello.pop_first()?;
+            state.evicted.insert(old);
+            notify.notify_one();
+            true
+        };
+        let id = state.next_id;
+        state.next_id += 1;
+        let notify = Arc::new(Notify::new());
+        state.waiting_hello.insert(id, Arc::clone(&notify));
+        Some((
+            PoolSlot {
+                pool: Arc::clone(self),
+                id,
+                evicted: notify,
+            },
+            evicted,
+        ))
+    }
+}
+
+/// One handshake's slot, given back on drop (unless it was handed on).
+struct PoolSlot {
+    pool: Arc<Pool>,
+    id: u64,
+    /// Notified when a newcomer took this slot.
+    evicted: Arc<Notify>,
+}
+
+impl PoolSlot {
+    /// Marks the ClientHello as arrived; `false` when the slot was taken
+    /// away meanwhile.
+    fn hello_done(&self) -> bool {
+        let mut state = self
+            .pool
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        state.waiting_hello.remove(&self.id).is_some()
+    }
+}
+
+impl Drop for PoolSlot {
+    fn drop(&mut self) {
+        let mut state = self
+            .pool
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !state.evicted.remove(&self.id) {
+            state.waiting_hello.remove(&self.id);
+            state.held = state.held.saturating_sub(1);
+        }
     }
 }
 

@@ -34,16 +34,21 @@
 //!   [`ServerTls::spawn_reloader`] for SIGHUP + mtime polling. ALPN offers
 //!   `h2`. With a client CA, a client without a certificate chaining to it
 //!   (and valid now, with the clientAuth usage if it lists usages) is refused
-//!   in the handshake.
+//!   in the handshake; [`ServerTls::load_for_clients`] also requires one of
+//!   the given names as a DNS or URI SAN (`serve --client-name`).
 //! - [`incoming`]: the accept loop, a `Stream` of
 //!   `Result<tokio_rustls::server::TlsStream<TcpStream>, io::Error>` for
 //!   `Server::serve_with_incoming`; tonic implements `Connected` for that
 //!   stream type (its `tls-ring` feature turns on `tls-connect-info`), so
 //!   `Request::peer_certs()` works in handlers. Handshakes run concurrently,
-//!   each under [`AcceptLimits::handshake_timeout`], at most
+//!   the ClientHello due within [`AcceptLimits::hello_timeout`] and the
+//!   whole handshake within [`AcceptLimits::handshake_timeout`], at most
 //!   [`AcceptLimits::max_handshakes`] in flight and
-//!   [`AcceptLimits::max_handshakes_per_ip`] per peer address; beyond a cap
-//!   new connections are closed at once. Failed handshakes are counted in
+//!   [`AcceptLimits::max_handshakes_per_ip`] per peer address (IPv4 address
+//!   or IPv6 /64). With every slot taken, a new connection takes the place
+//!   of the oldest handshake still waiting for its ClientHello; beyond the
+//!   address's share, or with every slot past its ClientHello, new
+//!   connections are closed at once. Failed handshakes are counted in
 //!   [`AcceptStats`], logged at debug at most once a second, and never end
 //!   the stream. Plaintext connections are accepted by the agent's own
 //!   listener (`agent::listen::plaintext`), which also waits for the HTTP/2

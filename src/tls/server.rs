@@ -7,8 +7,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
+use rustls_pki_types::{CertificateDer, UnixTime};
+use tokio_rustls::rustls::client::danger::HandshakeSignatureValid;
+use tokio_rustls::rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
-use tokio_rustls::rustls::ServerConfig;
+use tokio_rustls::rustls::{
+    CertificateError, DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme,
+};
 use tokio_rustls::TlsAcceptor;
 
 use super::error::TlsError;
@@ -42,6 +47,9 @@ pub struct ServerTls {
 
 struct Inner {
     paths: TlsPaths,
+    /// With a client CA: the DNS or URI SANs of which a client certificate
+    /// must carry one (empty: any certificate from the CA).
+    client_names: Arc<[String]>,
     current: RwLock<Arc<ServerConfig>>,
     generation: AtomicU64,
     /// The files' identities as of the last load attempt (good or bad), so
@@ -65,11 +73,21 @@ impl ServerTls {
     /// Reads and checks the files; fails with a one-line error naming the
     /// file at fault.
     pub fn load(paths: TlsPaths) -> Result<Self, TlsError> {
+        Self::load_for_clients(paths, Vec::new())
+    }
+
+    /// [`ServerTls::load`], accepting only client certificates with one of
+    /// `client_names` as a DNS or URI subject alternative name (the CN does
+    /// not count); others are refused in the handshake with an
+    /// `access_denied` alert. Empty: any certificate from the client CA.
+    pub fn load_for_clients(paths: TlsPaths, client_names: Vec<String>) -> Result<Self, TlsError> {
+        let client_names: Arc<[String]> = client_names.into();
         let stamps = Stamps::of(&paths);
-        let config = build_config(&paths)?;
+        let config = build_config(&paths, &client_names)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 paths,
+                client_names,
                 current: RwLock::new(Arc::new(config)),
                 generation: AtomicU64::new(1),
                 seen: Mutex::new(stamps),
@@ -94,7 +112,7 @@ impl ServerTls {
             .seen
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = stamps;
-        let config = build_config(&self.inner.paths)?;
+        let config = build_config(&self.inner.paths, &self.inner.client_names)?;
         *self
             .inner
             .current
@@ -270,7 +288,7 @@ async fn next_tick(ticker: &mut Option<tokio::time::Interval>) {
     }
 }
 
-fn build_config(paths: &TlsPaths) -> Result<ServerConfig, TlsError> {
+fn build_config(paths: &TlsPaths, client_names: &Arc<[String]>) -> Result<ServerConfig, TlsError> {
     let provider = provider();
     let cert_pem = read_pem_file("TLS certificate", &paths.cert)?;
     let certs = parse_certs("TLS certificate", &paths.cert, &cert_pem)?;
@@ -298,7 +316,14 @@ fn build_config(paths: &TlsPaths) -> Result<ServerConfig, TlsError> {
                         path: ca_path.clone(),
                         reason: e.to_string(),
                     })?;
-            builder.with_client_cert_verifier(verifier)
+            if client_names.is_empty() {
+                builder.with_client_cert_verifier(verifier)
+            } else {
+                builder.with_client_cert_verifier(Arc::new(NamedClients {
+                    inner: verifier,
+                    names: Arc::clone(client_names),
+                }))
+            }
         }
         None => builder.with_no_client_auth(),
     };
@@ -307,6 +332,83 @@ fn build_config(paths: &TlsPaths) -> Result<ServerConfig, TlsError> {
         .map_err(|e| TlsError::Config(e.to_string()))?;
     config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
     Ok(config)
+}
+
+/// The CA's verdict, then the names: one of `names` must be a DNS or URI
+/// subject alternative name of the client's certificate.
+#[derive(Debug)]
+struct NamedClients {
+    inner: Arc<dyn ClientCertVerifier>,
+    names: Arc<[String]>,
+}
+
+impl NamedClients {
+    fn allows(&self, end_entity: &CertificateDer<'_>) -> bool {
+        let Ok(cert) = webpki::EndEntityCert::try_from(end_entity) else {
+            return false;
+        };
+        let allowed = |n: &str| self.names.iter().any(|want| want == n);
+        cert.valid_dns_names().any(allowed) || cert.valid_uri_names().any(allowed)
+    }
+}
+
+impl ClientCertVerifier for NamedClients {
+    fn offer_client_auth(&self) -> bool {
+        self.inner.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.inner.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, tokio_rustls::rustls::Error> {
+        let verified = self
+            .inner
+            .verify_client_cert(end_entity, intermediates, now)?;
+        if self.allows(end_entity) {
+            return Ok(verified);
+        }
+        // Only holders of a certificate from the CA get this far, so
+        // this cannot become a flood.
+        tracing::info!(
+            allowed = ?self.names,
+            "TLS client refused: its certificate has none of the --client-name values as a DNS or URI name"
+        );
+        Err(tokio_rustls::rustls::Error::InvalidCertificate(
+            CertificateError::ApplicationVerificationFailure,
+        ))
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, tokio_rustls::rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, tokio_rustls::rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
 }
 
 /// What identifies one version of a file without reading it.
