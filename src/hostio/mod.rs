@@ -12,6 +12,6 @@ pub mod file;
 
 pub use child::{child_path, describe_status, last_line, minimal_env, run, Capture, Keep, Ran};
 pub use file::{
-    open_capped, read_capped, read_capped_bytes, read_operator_file, read_value, CappedReader,
-    ReadError,
+    open_capped, read_capped, read_capped_bytes, read_in_root, read_operator_file, read_value,
+    resolve_in_root, CappedReader, ReadError,
 };
