@@ -225,7 +225,7 @@ const MAX_LINKS: usize = 40;
 /// followed one component at a time, an absolute target starts again at
 /// `root` and `..` in a target stops there, so the result never leaves
 /// `root` (`runsc.toml -> /etc/shadow` is `<root>/etc/shadow`). `..` in
-/// `path` itself is refused; at most [`MAX_LINKS`] links are followed.
+/// `path` itself is refused; at most 40 links are followed (as Linux does).
 pub fn resolve_in_root(root: &Path, path: &Path) -> Result<PathBuf, ReadError> {
     let rel = path.strip_prefix("/").unwrap_or(path);
     let shown = root.join(rel);
