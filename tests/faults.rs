@@ -291,6 +291,9 @@ async fn hung_cri_and_hanging_runsc_do_not_slow_cached_reads_or_leak() {
             "500ms",
             "--min-refresh-interval",
             "100ms",
+            // Every refresh reruns the hanging sandbox probe too.
+            "--min-sandbox-interval",
+            "0s",
             "--probe-interval",
             "1h",
             "--poll-interval",

@@ -279,6 +279,7 @@ mod tests {
             poll: Duration::from_secs(3600),
             probe: Duration::from_secs(3600),
             min_refresh: Duration::ZERO,
+            min_sandbox: Duration::ZERO,
         };
         let (state, _owner) = state::start(cfg.clone(), timing, shutdown.clone()).await;
         let svc = service::Service::new(

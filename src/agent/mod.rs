@@ -42,6 +42,8 @@ pub struct ServeConfig {
     pub probe_interval: Duration,
     /// No observation starts sooner than this after the previous one.
     pub min_refresh_interval: Duration,
+    /// No sandbox probe starts sooner than this after the previous one.
+    pub min_sandbox_interval: Duration,
     /// Heartbeat on Watch streams when nothing changed.
     pub heartbeat: Duration,
     /// Most Watch streams open at once.
@@ -218,6 +220,7 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
         poll: conf.poll_interval,
         probe: conf.probe_interval,
         min_refresh: conf.min_refresh_interval,
+        min_sandbox: conf.min_sandbox_interval,
     };
     let (state, _owner) = state::start(cfg, timing, shutdown_rx.clone()).await;
     let svc = service::Service::new(

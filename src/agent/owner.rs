@@ -39,6 +39,10 @@ pub struct Timing {
     pub probe: Duration,
     /// No full observation starts sooner than this after the previous one.
     pub min_refresh: Duration,
+    /// No sandbox probe starts sooner than this after the previous one; a
+    /// refresh asking for one in between gets the last result (its
+    /// `ran_at` tells its age), so requests cannot keep `runsc do` running.
+    pub min_sandbox: Duration,
 }
 
 /// What a request asks of the owner.
@@ -153,9 +157,10 @@ impl Owner {
                     match req {
                         None => return,
                         Some(Request::Track { reply }) => {
-                            let _ = reply.send(self.publish_tracked());
+                            let _ = reply.send(self.publish_tracked().await);
                         }
                         Some(Request::Refresh { sandbox, reply }) => {
+                            let sandbox = sandbox && !self.sandbox_recent();
                             let w = Waiter { sandbox, reply };
                             if let Some(report) = self.fresh_enough(sandbox) {
                                 let _ = w.reply.send(report);
@@ -169,7 +174,7 @@ impl Owner {
                 }
                 _ = poll.tick(), if idle => {
                     self.lock_tracked().expire(now());
-                    if self.sysctls_changed() {
+                    if self.sysctls_changed().await {
                         want_full = true;
                     }
                 }
@@ -189,7 +194,7 @@ impl Owner {
                             continue;
                         }
                     };
-                    let report = self.publish(report, sandbox, started);
+                    let report = self.publish(report, sandbox, started).await;
                     for w in joined.drain(..) {
                         let _ = w.reply.send(report.clone());
                     }
@@ -198,7 +203,7 @@ impl Owner {
             }
             let may_start = running.is_none() && now() >= self.last_full + self.timing.min_refresh;
             if may_start && (want_full || !queued.is_empty()) {
-                let sandbox = queued.iter().any(|q| q.sandbox);
+                let sandbox = queued.iter().any(|q| q.sandbox) && !self.sandbox_recent();
                 joined.append(&mut queued);
                 want_full = false;
                 running_since = Some((now(), sandbox));
@@ -226,6 +231,12 @@ impl Owner {
         started.elapsed() < self.timing.min_refresh
     }
 
+    /// Whether the last sandbox probe started less than `min_sandbox` ago.
+    fn sandbox_recent(&self) -> bool {
+        self.last_sandbox
+            .is_some_and(|t| t.elapsed() < self.timing.min_sandbox)
+    }
+
     /// The published report, if its observation started recently enough to
     /// answer a refresh arriving now.
     fn fresh_enough(&self, sandbox: bool) -> Option<Arc<Report>> {
@@ -234,8 +245,8 @@ impl Owner {
         ok.then(|| self.tx.borrow().clone())
     }
 
-    fn sysctls_changed(&self) -> bool {
-        let now = self.source.sysctls(&self.extra_names());
+    async fn sysctls_changed(&self) -> bool {
+        let now = self.source.sysctls(self.extra_names()).await;
         let current = self.tx.borrow();
         // A read that failed for want of the agent's own descriptors says
         // nothing about the node.
@@ -270,7 +281,7 @@ impl Owner {
 
     /// Reads tracked sysctls the published report lacks (asked for while an
     /// observation ran, or just now) into `report.sysctls`.
-    fn fill_tracked(&self, report: &mut Report) {
+    async fn fill_tracked(&self, report: &mut Report) {
         let missing: Vec<String> = self
             .extra_names()
             .into_iter()
@@ -281,7 +292,8 @@ impl Owner {
         }
         let read: Vec<Sysctl> = self
             .source
-            .sysctls(&missing)
+            .sysctls(missing.clone())
+            .await
             .into_iter()
             .filter(|s| missing.contains(&s.name))
             .collect();
@@ -289,20 +301,25 @@ impl Owner {
     }
 
     /// Publishes the current report with newly tracked sysctls read in.
-    fn publish_tracked(&mut self) -> Arc<Report> {
+    async fn publish_tracked(&mut self) -> Arc<Report> {
         let mut report = Report::clone(&self.tx.borrow());
-        self.fill_tracked(&mut report);
+        self.fill_tracked(&mut report).await;
         self.store(report)
     }
 
     /// Stamps and publishes a finished observation.
-    fn publish(&mut self, mut report: Report, sandbox: bool, started: Instant) -> Arc<Report> {
+    async fn publish(
+        &mut self,
+        mut report: Report,
+        sandbox: bool,
+        started: Instant,
+    ) -> Arc<Report> {
         self.last_full = now();
         self.last_started = started;
         if sandbox {
             self.last_sandbox = Some(started);
         }
-        self.fill_tracked(&mut report);
+        self.fill_tracked(&mut report).await;
         let incomplete = report::keep_last_good(&self.tx.borrow(), &mut report);
         self.store_noting(report, incomplete)
     }

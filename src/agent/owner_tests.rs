@@ -11,7 +11,7 @@ use tokio::{sync::watch, time::Instant};
 
 use crate::{
     agent::{
-        state::{start_with, ObservationFuture, Source, State, Timing},
+        state::{start_with, ObservationFuture, Source, State, SysctlsFuture, Timing},
         tracked::TRACK_TTL,
     },
     observe::Scope,
@@ -113,10 +113,10 @@ impl Source for Scripted {
         })
     }
 
-    fn sysctls(&self, extra: &[String]) -> Vec<Sysctl> {
+    fn sysctls(&self, extra: Vec<String>) -> SysctlsFuture {
         let mut v = vec![self.read(LIMIT)];
         v.extend(extra.iter().filter(|e| *e != LIMIT).map(|e| self.read(e)));
-        v
+        Box::pin(std::future::ready(v))
     }
 }
 
@@ -125,6 +125,7 @@ fn timing() -> Timing {
         poll: Duration::from_secs(2),
         probe: Duration::from_secs(30),
         min_refresh: Duration::from_secs(1),
+        min_sandbox: Duration::from_secs(30),
     }
 }
 
@@ -268,4 +269,43 @@ async fn shutdown_ends_the_owner_and_refreshes_then_fail() {
     stop.send(true).unwrap();
     task.await.unwrap();
     assert!(state.fresh(false).await.is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn sandbox_probes_are_min_sandbox_apart_and_callers_between_get_the_last() {
+    let node = Scripted::new(Duration::from_millis(20));
+    let (state, _stop) = start(&node).await;
+    let sandbox = |r: &Report| r.gvisor.as_ref().and_then(|g| g.sandbox.clone());
+    let first = sandbox(&state.fresh(true).await.unwrap()).expect("a sandbox result");
+    // A refresh asking for a probe every 1.5 s for two minutes.
+    let mut answers = Vec::new();
+    for _ in 0..80 {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        answers.push(sandbox(&state.fresh(true).await.unwrap()).expect("a sandbox result"));
+    }
+    let probes: Vec<Instant> = node
+        .starts()
+        .iter()
+        .filter(|(_, s)| s.sandbox)
+        .map(|(t, _)| *t)
+        .collect();
+    assert!(probes.len() >= 2, "{probes:?}");
+    assert!(
+        probes.len() <= 5,
+        "{} sandbox probes in two minutes",
+        probes.len()
+    );
+    for pair in probes.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= timing().min_sandbox,
+            "sandbox probes {:?} apart",
+            pair[1] - pair[0]
+        );
+    }
+    // Callers in between got the last result, not a new run.
+    assert_eq!(answers[0], first);
+    assert_eq!(
+        state.latest().agent.as_ref().unwrap().sandbox_probes,
+        probes.len() as u64
+    );
 }

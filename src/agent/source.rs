@@ -11,6 +11,8 @@ use crate::{
 
 /// A full observation in progress.
 pub type ObservationFuture = Pin<Box<dyn Future<Output = Report> + Send>>;
+/// A sysctl read in progress.
+pub type SysctlsFuture = Pin<Box<dyn Future<Output = Vec<Sysctl>> + Send>>;
 
 /// What the owner observes through: the host in the agent, a scripted node in
 /// the owner's tests. Implementations do the I/O; the owner only schedules.
@@ -26,7 +28,7 @@ pub trait Source: Send + Sync + 'static {
     ) -> ObservationFuture;
     /// The cheap part of an observation: the user namespace sysctls and
     /// `extra`, to notice a change between full observations.
-    fn sysctls(&self, extra: &[String]) -> Vec<Sysctl>;
+    fn sysctls(&self, extra: Vec<String>) -> SysctlsFuture;
 }
 
 /// The real source: this host, through one long-lived observer (it keeps
@@ -62,7 +64,14 @@ impl Source for HostSource {
         })
     }
 
-    fn sysctls(&self, extra: &[String]) -> Vec<Sysctl> {
-        observe::sysctl_snapshot(self.observer.config(), extra)
+    fn sysctls(&self, extra: Vec<String>) -> SysctlsFuture {
+        let observer = self.observer.clone();
+        // Off the runtime thread, like the observation's own reads: a read
+        // that blocks must not stop health or the cached answers.
+        Box::pin(async move {
+            observe::off_thread(move || observe::sysctl_snapshot(observer.config(), &extra))
+                .await
+                .unwrap_or_default()
+        })
     }
 }

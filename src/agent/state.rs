@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 pub use crate::agent::{
     owner::Timing,
-    source::{HostSource, ObservationFuture, Source},
+    source::{HostSource, ObservationFuture, Source, SysctlsFuture},
 };
 use crate::{
     agent::{

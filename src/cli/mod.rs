@@ -175,7 +175,13 @@ where
         .enable_all()
         .build()
     {
-        Ok(rt) => rt.block_on(f()).finish(),
+        Ok(rt) => {
+            let code = rt.block_on(f()).finish();
+            // A host read stuck on the blocking pool (a hung mount) must not
+            // keep the process from exiting: dropping the runtime would wait.
+            rt.shutdown_background();
+            code
+        }
         Err(e) => Outcome::failed(
             "sandbox-readiness",
             format_args!("cannot start the async runtime: {e}"),

@@ -58,6 +58,9 @@ pub struct ServeArgs {
     /// No observation starts sooner than this after the previous one.
     #[arg(long, default_value = "1s", value_parser = parse_duration, env = "SANDBOX_READINESS_MIN_REFRESH_INTERVAL")]
     pub min_refresh_interval: Duration,
+    /// No sandbox probe starts sooner than this after the previous one; a request in between gets the last result.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, env = "SANDBOX_READINESS_MIN_SANDBOX_INTERVAL")]
+    pub min_sandbox_interval: Duration,
     /// Heartbeat on Watch streams when nothing changed.
     #[arg(long, default_value = "30s", value_parser = parse_positive_duration, env = "SANDBOX_READINESS_HEARTBEAT")]
     pub heartbeat: Duration,
@@ -127,6 +130,7 @@ impl ServeArgs {
             poll_interval: self.poll_interval,
             probe_interval: self.probe_interval,
             min_refresh_interval: self.min_refresh_interval,
+            min_sandbox_interval: self.min_sandbox_interval,
             heartbeat: self.heartbeat,
             max_watchers: self.max_watchers,
             max_connections: self.max_connections,

@@ -7,11 +7,12 @@
 //! rather than a hang or an out-of-memory.
 
 use std::{
+    ffi::OsString,
     fmt,
     fs::{File, OpenOptions},
     io::{self, Read},
     os::unix::fs::{FileTypeExt, OpenOptionsExt},
-    path::{Path, PathBuf},
+    path::{Component, Path, PathBuf},
 };
 
 use thiserror::Error;
@@ -55,6 +56,10 @@ pub enum ReadError {
     TooLarge { path: PathBuf, cap: usize },
     #[error("cannot read {}: not valid UTF-8", path.display())]
     NotUtf8 { path: PathBuf },
+    /// A host path with a `..` component: it could name a file outside
+    /// the host root.
+    #[error("cannot read {}: `..` is not allowed in a host path", path.display())]
+    ParentDir { path: PathBuf },
 }
 
 impl ReadError {
@@ -64,7 +69,8 @@ impl ReadError {
             Self::Io { path, .. }
             | Self::NotRegular { path, .. }
             | Self::TooLarge { path, .. }
-            | Self::NotUtf8 { path } => path,
+            | Self::NotUtf8 { path }
+            | Self::ParentDir { path } => path,
         }
     }
 
@@ -75,6 +81,7 @@ impl ReadError {
             Self::NotRegular { kind, .. } => format!("{kind}, not a regular file"),
             Self::TooLarge { cap, .. } => format!("larger than {cap} bytes"),
             Self::NotUtf8 { .. } => "not valid UTF-8".to_string(),
+            Self::ParentDir { .. } => "`..` is not allowed in a host path".to_string(),
         }
     }
 
@@ -146,6 +153,10 @@ impl Read for CappedReader {
 
 /// Opens a host file for a capped read: regular files only, non-blocking.
 pub fn open_capped(path: &Path, cap: usize) -> Result<CappedReader, ReadError> {
+    open_flags(path, cap, 0)
+}
+
+fn open_flags(path: &Path, cap: usize, flags: i32) -> Result<CappedReader, ReadError> {
     let io_err = |source| ReadError::Io {
         path: path.to_path_buf(),
         source,
@@ -154,7 +165,7 @@ pub fn open_capped(path: &Path, cap: usize) -> Result<CappedReader, ReadError> {
     // for a writer (it has no effect on regular files).
     let file = OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | flags)
         .open(path)
         .map_err(io_err)?;
     let kind = file.metadata().map_err(io_err)?.file_type();
@@ -204,6 +215,78 @@ pub fn read_value(path: &Path, cap: usize) -> Result<String, ReadError> {
     Ok(String::from_utf8_lossy(&bytes)
         .trim_end_matches('\n')
         .to_string())
+}
+
+/// Most symlinks followed while resolving one path (Linux's own limit).
+const MAX_LINKS: usize = 40;
+
+/// Resolves the host path `path` (`/etc/cri/conf.d/runsc.toml`) under
+/// `root` as if `root` were `/`, the way a chroot would: symlinks are
+/// followed one component at a time, an absolute target starts again at
+/// `root` and `..` in a target stops there, so the result never leaves
+/// `root` (`runsc.toml -> /etc/shadow` is `<root>/etc/shadow`). `..` in
+/// `path` itself is refused; at most 40 links are followed (as Linux does).
+pub fn resolve_in_root(root: &Path, path: &Path) -> Result<PathBuf, ReadError> {
+    let rel = path.strip_prefix("/").unwrap_or(path);
+    let shown = root.join(rel);
+    if rel.components().any(|c| c == Component::ParentDir) {
+        return Err(ReadError::ParentDir { path: shown });
+    }
+    let io_err = |source| ReadError::Io {
+        path: shown.clone(),
+        source,
+    };
+    // Components still to walk, the next one last.
+    let mut todo: Vec<OsString> = Vec::new();
+    push_components(&mut todo, rel);
+    let mut done = PathBuf::new();
+    let mut links = 0;
+    while let Some(name) = todo.pop() {
+        if name == ".." {
+            done.pop();
+            continue;
+        }
+        let next = done.join(&name);
+        let full = root.join(&next);
+        if !std::fs::symlink_metadata(&full)
+            .map_err(io_err)?
+            .file_type()
+            .is_symlink()
+        {
+            done = next;
+            continue;
+        }
+        links += 1;
+        if links > MAX_LINKS {
+            return Err(io_err(io::Error::from_raw_os_error(libc::ELOOP)));
+        }
+        let target = std::fs::read_link(&full).map_err(io_err)?;
+        if target.is_absolute() {
+            done.clear();
+        }
+        push_components(&mut todo, &target);
+    }
+    Ok(root.join(done))
+}
+
+/// Pushes `path`'s names and `..`s onto `todo` so that its first is popped first.
+fn push_components(todo: &mut Vec<OsString>, path: &Path) {
+    for c in path.components().rev() {
+        match c {
+            Component::Normal(n) => todo.push(n.to_os_string()),
+            Component::ParentDir => todo.push("..".into()),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+}
+
+/// Reads the host text file `path` under `root` (see [`resolve_in_root`])
+/// of at most `cap` bytes, with [`read_capped`]'s rules.
+pub fn read_in_root(root: &Path, path: &Path, cap: usize) -> Result<String, ReadError> {
+    let resolved = resolve_in_root(root, path)?;
+    // Resolved, it has no symlink left; one swapped in since is not followed.
+    let bytes = open_flags(&resolved, cap, libc::O_NOFOLLOW)?.read_all()?;
+    String::from_utf8(bytes).map_err(|_| ReadError::NotUtf8 { path: resolved })
 }
 
 /// Reads a file the operator named on the command line (`check
@@ -306,6 +389,40 @@ mod tests {
             e.to_string().ends_with(": a FIFO, not a regular file"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn host_paths_resolve_inside_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let conf = root.join("etc/cri/conf.d");
+        std::fs::create_dir_all(&conf).unwrap();
+        std::fs::write(root.join("etc/shadow"), "fixture shadow").unwrap();
+        std::fs::write(dir.path().join("x"), "outside").unwrap();
+        std::fs::write(root.join("x"), "inside").unwrap();
+        let link = |target: &str, name: &str| {
+            std::os::unix::fs::symlink(target, conf.join(name)).unwrap();
+        };
+        link("/etc/shadow", "abs.toml");
+        link("../../../../x", "up.toml");
+        link("loop.toml", "loop.toml");
+        link("/etc/cri", "dir");
+        let read = |p: &str| read_in_root(&root, Path::new(p), 100);
+        assert_eq!(read("/etc/cri/conf.d/abs.toml").unwrap(), "fixture shadow");
+        assert_eq!(read("/etc/cri/conf.d/up.toml").unwrap(), "inside");
+        assert_eq!(
+            read("etc/cri/conf.d/dir/conf.d/abs.toml").unwrap(),
+            "fixture shadow"
+        );
+        let e = read("/etc/cri/conf.d/loop.toml").unwrap_err();
+        assert_eq!(
+            e.io().and_then(io::Error::raw_os_error),
+            Some(libc::ELOOP),
+            "{e}"
+        );
+        let e = read("/etc/cri/../shadow").unwrap_err();
+        assert!(matches!(e, ReadError::ParentDir { .. }), "{e}");
+        assert!(read("/etc/nope").unwrap_err().is_not_found());
     }
 
     #[test]

@@ -114,17 +114,30 @@ impl Observer {
     /// facts of its own before deriving once).
     pub async fn observe_raw(&self, scope: Scope, extra: &[String]) -> Observation {
         let cfg = &self.cfg;
-        let sysctls_all = sysctl::read_all(&cfg.paths.proc_sys(), &[]);
-        let initial = userns::in_initial_user_namespace(&cfg.paths);
-        let (userns_create, idmap_mount) =
-            userns::observe(&cfg.helper_exe, cfg.probe_timeout).await;
+        let files = {
+            let (cfg, extra) = (cfg.clone(), extra.to_vec());
+            off_thread(move || {
+                let sysctls = sysctl::read_all(&cfg.paths.proc_sys(), &[]);
+                let initial = userns::in_initial_user_namespace(&cfg.paths);
+                (
+                    sysctls,
+                    initial,
+                    node::observe(&cfg.paths, cfg.expose_machine_id),
+                    read_extra(&cfg, &extra),
+                )
+            })
+        };
+        let ((userns_create, idmap_mount), files) =
+            tokio::join!(userns::observe(&cfg.helper_exe, cfg.probe_timeout), files);
+        // Only a panic in the reader gets here (it never panics by design).
+        let (sysctls_all, initial, node, extra_sysctls) = files.unwrap_or_default();
         let rootless = !initial.unwrap_or(true);
         let gvisor = self
             .gvisor
             .observe(&cfg.gvisor, &cfg.paths, rootless, scope)
             .await;
         let report = Report {
-            node: Some(node::observe(&cfg.paths, cfg.expose_machine_id)),
+            node: Some(node),
             agent: Some(AgentInfo {
                 version: node::AGENT_VERSION.to_string(),
                 ..AgentInfo::default()
@@ -137,7 +150,7 @@ impl Observer {
                 ..UserNamespaces::default()
             }),
             gvisor: Some(gvisor.gvisor),
-            sysctls: read_extra(cfg, extra),
+            sysctls: extra_sysctls,
             ..Report::default()
         };
         Observation {
@@ -173,11 +186,27 @@ pub fn read_extra(cfg: &ObserveConfig, names: &[String]) -> Vec<crate::proto::v1
 }
 
 /// The cheap part of an observation: only the sysctls (the user namespace
-/// ones and `extra`), to notice a change between full observations.
+/// ones and `extra`), to notice a change between full observations. Runs
+/// synchronously: an async caller wraps it in [`off_thread`].
 pub fn sysctl_snapshot(cfg: &ObserveConfig, extra: &[String]) -> Vec<crate::proto::v1::Sysctl> {
     let mut all = sysctl::read_all(&cfg.paths.proc_sys(), &[]);
     all.extend(read_extra(cfg, extra));
     all
+}
+
+/// Runs synchronous host I/O (file reads, `stat`, `statfs`) on the blocking
+/// pool: the agent has one runtime thread, and a read that blocks (a hung
+/// FUSE or NFS mount under a host path) must delay only the observation
+/// that asked, never health or the cached answers. `Err` only if `f` panicked
+/// or the runtime is shutting down.
+pub async fn off_thread<T, F>(f: F) -> Result<T, String>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| format!("the host reader stopped: {e}"))
 }
 
 /// Converts a `std` duration to the protobuf one.

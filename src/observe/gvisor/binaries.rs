@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::process::Command;
 
 use super::CAPTURE;
+use crate::observe::off_thread;
 use crate::proto::v1::Binary;
 use crate::report::names::{RUNSC, RUNSC_SHIM};
 use crate::{
@@ -27,14 +28,84 @@ pub async fn observe_binaries(
     shim: &Path,
     exec_timeout: Duration,
 ) -> Vec<Binary> {
-    let mut r = stat_binary(RUNSC, runsc);
+    let stat = {
+        let (runsc, shim) = (runsc.to_path_buf(), shim.to_path_buf());
+        off_thread(move || {
+            let r = stat_binary(RUNSC, &runsc);
+            let refused = exec_refusal(&runsc);
+            (r, refused, stat_binary(RUNSC_SHIM, &shim))
+        })
+    };
+    let (mut r, refused, s) = match stat.await {
+        Ok(found) => found,
+        Err(e) => {
+            let failed = |name, path: &Path| Binary {
+                name: String::from(name),
+                path: path.display().to_string(),
+                error: e.clone(),
+                ..Binary::default()
+            };
+            return vec![failed(RUNSC, runsc), failed(RUNSC_SHIM, shim)];
+        }
+    };
     if r.present && r.regular_file && r.executable {
-        let v = versions.runsc_version(runsc, exec_timeout).await;
-        r.version = v.version;
-        r.version_raw = v.raw;
-        r.error = v.error;
+        if let Some(why) = refused {
+            r.error = why;
+        } else {
+            let v = versions.runsc_version(runsc, exec_timeout).await;
+            r.version = v.version;
+            r.version_raw = v.raw;
+            r.error = v.error;
+        }
     }
-    vec![r, stat_binary(RUNSC_SHIM, shim)]
+    vec![r, s]
+}
+
+/// Why `runsc` must not be executed, if it must not: the agent runs it as
+/// root, so whoever may replace or rewrite it would run code as root. It
+/// and the directories holding it (the one named and, through a symlink, the
+/// real one) must be root-owned and writable by root alone; a directory
+/// with the sticky bit may be writable by others (they cannot replace a
+/// file they do not own there).
+pub fn exec_refusal(runsc: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let real = std::fs::canonicalize(runsc).unwrap_or_else(|_| runsc.to_path_buf());
+    let mut checks = vec![(real.clone(), false)];
+    for dir in [runsc.parent(), real.parent()].into_iter().flatten() {
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        if !checks.iter().any(|(p, _)| p == dir) {
+            checks.push((dir.to_path_buf(), true));
+        }
+    }
+    for (path, is_dir) in checks {
+        let m = match std::fs::metadata(&path) {
+            Ok(m) => m,
+            Err(e) => {
+                return Some(format!(
+                    "not executed: cannot check {}: {e}",
+                    path.display()
+                ))
+            }
+        };
+        let mode = m.mode() & 0o7777;
+        let what = if is_dir { "its directory " } else { "" };
+        let why = if m.uid() != 0 {
+            format!("is owned by uid {}, not root", m.uid())
+        } else if mode & 0o022 != 0 && !(is_dir && mode & 0o1000 != 0) {
+            format!("is writable by group or others (mode {mode:04o})")
+        } else {
+            continue;
+        };
+        return Some(format!(
+            "not executed: {what}{} {why}; the agent runs runsc only when it and its directory are root-owned and writable by root alone",
+            path.display()
+        ));
+    }
+    None
 }
 
 fn stat_binary(name: &str, path: &Path) -> Binary {
@@ -98,7 +169,10 @@ pub struct VersionCache(Mutex<Option<(FileKey, VersionResult)>>);
 
 impl VersionCache {
     async fn runsc_version(&self, runsc: &Path, timeout: Duration) -> VersionResult {
-        let key = file_key(runsc);
+        let key = {
+            let runsc = runsc.to_path_buf();
+            off_thread(move || file_key(&runsc)).await.ok().flatten()
+        };
         if let Some(key) = &key {
             let cache = self.0.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some((_, v)) = cache.as_ref().filter(|(k, _)| k == key) {
@@ -107,7 +181,11 @@ impl VersionCache {
         }
         let v = runsc_version(runsc, timeout).await;
         // Only a clean answer for an unchanged file is worth keeping.
-        if v.error.is_empty() && key.is_some() && key == file_key(runsc) {
+        let again = {
+            let runsc = runsc.to_path_buf();
+            off_thread(move || file_key(&runsc)).await.ok().flatten()
+        };
+        if v.error.is_empty() && key.is_some() && key == again {
             if let Some(key) = key {
                 *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some((key, v.clone()));
             }

@@ -2,7 +2,6 @@
 //! shim config files (`ConfigPath`) they name.
 
 use std::collections::HashMap;
-use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::host::HostPaths;
@@ -40,14 +39,20 @@ pub fn observe_drop_ins(
     host: &HostPaths,
 ) -> (Vec<DropIn>, Vec<ConfiguredHandler>) {
     let mut drop_ins = Vec::new();
-    let files = match list_drop_ins(conf_dir) {
+    // Symlinks in a directory under the host root resolve inside it; one
+    // the operator put elsewhere is read as the system would.
+    let (root, rel_dir) = match conf_dir.strip_prefix(&host.host_root) {
+        Ok(rel) => (host.host_root.as_path(), rel),
+        Err(_) => (Path::new("/"), conf_dir),
+    };
+    let files = match list_drop_ins(root, rel_dir) {
         Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return (drop_ins, Vec::new()),
+        Err(e) if e.is_not_found() => return (drop_ins, Vec::new()),
         Err(e) => {
             drop_ins.push(DropIn {
                 path: conf_dir.display().to_string(),
                 parsed: false,
-                error: format!("cannot list the CRI drop-in directory: {e}"),
+                error: format!("cannot list the CRI drop-in directory: {}", e.reason()),
             });
             return (drop_ins, Vec::new());
         }
@@ -68,7 +73,8 @@ pub fn observe_drop_ins(
             return hit.clone();
         }
         let resolved = host.host(config_path);
-        let found = match hostio::read_capped(&resolved, MAX_DROP_IN_BYTES) {
+        let read = hostio::read_in_root(&host.host_root, Path::new(config_path), MAX_DROP_IN_BYTES);
+        let found = match read {
             Ok(text) => match runsc_platform(&text) {
                 Ok(platform) => ConfigLookup {
                     exists: true,
@@ -104,9 +110,9 @@ pub fn observe_drop_ins(
     };
 
     let mut merged: Vec<ConfiguredHandler> = Vec::new();
-    for file in &files {
-        let path = file.display().to_string();
-        let parsed = hostio::read_capped(file, MAX_DROP_IN_BYTES)
+    for name in &files {
+        let path = conf_dir.join(name).display().to_string();
+        let parsed = hostio::read_in_root(root, &rel_dir.join(name), MAX_DROP_IN_BYTES)
             .map_err(|e| format!("cannot read: {}", e.reason()))
             .and_then(|text| handlers_from_drop_in(&text, &path, &mut lookup));
         match parsed {
@@ -168,18 +174,24 @@ fn merge_handler(into: &mut Vec<ConfiguredHandler>, h: ConfiguredHandler) {
     }
 }
 
-fn list_drop_ins(dir: &Path) -> io::Result<Vec<PathBuf>> {
+/// The names of the `*.part` and `*.toml` entries of `root`/`rel_dir`,
+/// sorted. Whatever they are: a FIFO or a directory among them is reported
+/// when it is read, not skipped silently.
+fn list_drop_ins(root: &Path, rel_dir: &Path) -> Result<Vec<PathBuf>, hostio::ReadError> {
+    let dir = hostio::resolve_in_root(root, rel_dir)?;
+    let io_err = |source| hostio::ReadError::Io {
+        path: dir.clone(),
+        source,
+    };
     let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let path = entry.path();
-        let wanted = path
+    for entry in std::fs::read_dir(&dir).map_err(io_err)? {
+        let name = PathBuf::from(entry.map_err(io_err)?.file_name());
+        let wanted = name
             .extension()
             .and_then(|e| e.to_str())
             .is_some_and(|e| e == "part" || e == "toml");
-        // metadata() follows symlinks; a directory named x.toml is not a drop-in.
-        if wanted && std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
-            files.push(path);
+        if wanted {
+            files.push(name);
         }
     }
     files.sort();

@@ -36,10 +36,10 @@ pub use crate::report::names::{
     RUNSC_RUNTIME_TYPE, RUNSC_SHIM,
 };
 
-use super::{cri, skipped, GvisorConfig, Scope};
+use super::{cri, off_thread, skipped, GvisorConfig, Scope};
 use crate::host::HostPaths;
 use crate::hostio::{Capture, Keep};
-use crate::proto::v1::{Binary, Gvisor};
+use crate::proto::v1::{Binary, DropIn, Gvisor};
 
 /// How much of a child's stdout (head: the version line) and stderr (tail:
 /// the error is at the end) is kept.
@@ -97,18 +97,36 @@ impl GvisorObserver {
         rootless: bool,
         scope: Scope,
     ) -> Observed {
-        let (binaries, cri) = tokio::join!(
+        let files = {
+            let (dir, paths, env) = (g.cri_conf_dir.clone(), paths.clone(), g.sandbox_env.clone());
+            let (sandbox, runsc) = (scope.sandbox, g.runsc_path.clone());
+            off_thread(move || {
+                let (refused, blockers) = if sandbox {
+                    (binaries::exec_refusal(&runsc), env.blockers())
+                } else {
+                    (None, Vec::new())
+                };
+                let found = (observe_drop_ins(&dir, &paths), observe_kvm(&paths));
+                (found, refused, blockers)
+            })
+        };
+        let (binaries, cri, files) = tokio::join!(
             self.observe_binaries(&g.runsc_path, &g.shim_path, g.exec_timeout),
             cri::observe(&g.cri_endpoint, g.cri_timeout),
+            files,
         );
-        let (drop_ins, configured_handlers) = observe_drop_ins(&g.cri_conf_dir, paths);
-        let kvm_present = observe_kvm(paths);
-        let blockers = if scope.sandbox {
-            g.sandbox_env.blockers()
-        } else {
-            Vec::new()
-        };
-        let sandbox = if !blockers.is_empty() {
+        let (((drop_ins, configured_handlers), kvm_present), refused, blockers) = files
+            .unwrap_or_else(|e| {
+                let error = DropIn {
+                    path: g.cri_conf_dir.display().to_string(),
+                    parsed: false,
+                    error: format!("the drop-ins could not be read: {e}"),
+                };
+                (((vec![error], Vec::new()), None), Some(e), Vec::new())
+            });
+        let sandbox = if let Some(why) = refused {
+            skipped(why)
+        } else if !blockers.is_empty() {
             skipped(format!(
                 "runsc cannot start a sandbox where the agent runs, whatever the node can do: {}",
                 blockers.join("; ")
