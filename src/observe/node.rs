@@ -19,7 +19,7 @@ const APP_ID: [u8; 16] = [
 
 /// The machine id as systemd's `sd_id128_get_machine_app_specific()` hashes
 /// it for one application: HMAC-SHA256 keyed with the id's 16 bytes over
-/// [`APP_ID`], the first 16 bytes of the tag made a v4 UUID, as 32 lowercase
+/// `APP_ID`, the first 16 bytes of the tag made a v4 UUID, as 32 lowercase
 /// hex digits (what `systemd-id128 machine-id --app-specific=APP_ID`
 /// prints). Stable for the machine, useless for finding its real id.
 /// `None` for text that is not an id, or the all-zero (uninitialised) one.
