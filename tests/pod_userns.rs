@@ -38,6 +38,8 @@ fn probe(ctd: &Containerd, handlers: &[&str]) -> (i32, String) {
         .stderr(Stdio::inherit())
         .output()
         .unwrap();
+    // Shown with --nocapture: the README's runs come from here.
+    eprintln!("{}", String::from_utf8_lossy(&out.stdout));
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
