@@ -130,6 +130,7 @@ impl HostPaths {
             "/etc/cri/conf.d",
             "/usr/local/bin",
             "/run/containerd",
+            "/var/lib/containerd",
         ]
     }
 }

@@ -133,6 +133,11 @@ pub fn report_table(r: &Report) -> String {
             u.userns_create.as_ref(),
         );
         probe_line(&mut out, "idmapped mount (tmpfs)", u.idmap_mount.as_ref());
+        probe_line(
+            &mut out,
+            "idmapped mount (runtime root)",
+            u.runtime_state_idmap.as_ref(),
+        );
     }
     if !r.sysctls.is_empty() {
         let _ = writeln!(out, "\nOther sysctls");
@@ -278,6 +283,9 @@ fn gvisor_table(out: &mut String, g: &Gvisor) {
                 or_dash(&c.handlers_source),
                 handlers.join(", ")
             );
+            if !c.root_dir.is_empty() {
+                let _ = writeln!(out, "    {INFO} root directory: {}", c.root_dir);
+            }
         } else {
             let _ = writeln!(out, "    {BAD} unreachable: {}", c.error);
         }

@@ -69,6 +69,9 @@ pub struct DesiredArgs {
     /// The sandbox smoke probe (runsc do true) must pass.
     #[arg(long, env = "SANDBOX_READINESS_REQUIRE_SANDBOX_PROBE")]
     pub require_sandbox_probe: bool,
+    /// A runtime handler `hostUsers: false` pods must be able to use (repeatable; `default` is the runtime's default handler): user namespaces and idmapped mounts work, and the CRI reports user namespace support for it.
+    #[arg(long = "require-pod-userns", value_name = "HANDLER", value_parser = parse_handler, env = "SANDBOX_READINESS_REQUIRE_POD_USERNS", value_delimiter = ',')]
+    pub require_pod_userns: Vec<String>,
 }
 
 impl DesiredArgs {
@@ -81,6 +84,7 @@ impl DesiredArgs {
             require_runtime_handlers: self.require_runtime_handlers.clone(),
             require_gvisor: self.require_gvisor,
             require_sandbox_probe: self.require_sandbox_probe,
+            require_pod_userns: self.require_pod_userns.clone(),
         };
         evaluate::validate(&d)?;
         Ok(d)

@@ -58,9 +58,14 @@ pub fn validate(desired: &DesiredState) -> Result<(), DesiredError> {
     if desired.sysctls.len() > MAX_SYSCTLS {
         return Err(DesiredError::TooManySysctls(desired.sysctls.len()));
     }
-    if desired.require_runtime_handlers.len() > MAX_HANDLERS {
+    if desired.require_runtime_handlers.len() > MAX_HANDLERS
+        || desired.require_pod_userns.len() > MAX_HANDLERS
+    {
         return Err(DesiredError::TooManyHandlers(
-            desired.require_runtime_handlers.len(),
+            desired
+                .require_runtime_handlers
+                .len()
+                .max(desired.require_pod_userns.len()),
         ));
     }
     for s in &desired.sysctls {
@@ -69,7 +74,11 @@ pub fn validate(desired: &DesiredState) -> Result<(), DesiredError> {
             return Err(DesiredError::ValueTooLong(s.name.clone()));
         }
     }
-    for h in &desired.require_runtime_handlers {
+    for h in desired
+        .require_runtime_handlers
+        .iter()
+        .chain(&desired.require_pod_userns)
+    {
         validate_handler_name(h)?;
     }
     Ok(())
@@ -96,6 +105,7 @@ pub fn is_empty(d: &DesiredState) -> bool {
         && d.require_runtime_handlers.is_empty()
         && !d.require_gvisor
         && !d.require_sandbox_probe
+        && d.require_pod_userns.is_empty()
 }
 
 /// Sysctl values compare equal when their whitespace-separated fields do
@@ -137,11 +147,15 @@ pub enum FindingCode {
     /// A desired sysctl whose file others may not read: not served, so it
     /// cannot be confirmed.
     SysctlWithheld,
+    /// An idmapped clone of the runtime's root directory failed.
+    RuntimeStateIdmapFailed,
+    /// The CRI does not report user namespace support for a handler.
+    PodUsernsUnsupported,
 }
 
 impl FindingCode {
     /// Every code, in the order the proto lists them.
-    pub const ALL: [FindingCode; 14] = [
+    pub const ALL: [FindingCode; 16] = [
         Self::SysctlMismatch,
         Self::SysctlMissing,
         Self::SysctlUnreadable,
@@ -156,6 +170,8 @@ impl FindingCode {
         Self::SandboxProbeFailed,
         Self::SandboxProbeNotRun,
         Self::SysctlWithheld,
+        Self::RuntimeStateIdmapFailed,
+        Self::PodUsernsUnsupported,
     ];
 
     /// The stable string sent in `Finding::code`.
@@ -175,6 +191,8 @@ impl FindingCode {
             Self::SandboxProbeFailed => "SANDBOX_PROBE_FAILED",
             Self::SandboxProbeNotRun => "SANDBOX_PROBE_NOT_RUN",
             Self::SysctlWithheld => "SYSCTL_WITHHELD",
+            Self::RuntimeStateIdmapFailed => "RUNTIME_STATE_IDMAP_FAILED",
+            Self::PodUsernsUnsupported => "POD_USERNS_UNSUPPORTED",
         }
     }
 }
@@ -215,7 +233,8 @@ pub fn evaluate(report: &Report, desired: &DesiredState) -> Verdict {
         findings.extend(sysctl_finding(report, exp));
     }
     let userns = report.user_namespaces.as_ref();
-    if desired.require_userns {
+    let pod_userns = !desired.require_pod_userns.is_empty();
+    if desired.require_userns || pod_userns {
         findings.extend(probe_finding(
             FindingCode::UsernsCreateFailed,
             "user namespace",
@@ -223,13 +242,24 @@ pub fn evaluate(report: &Report, desired: &DesiredState) -> Verdict {
             "cannot create a user namespace",
         ));
     }
-    if desired.require_idmap_mounts {
+    if desired.require_idmap_mounts || pod_userns {
         findings.extend(probe_finding(
             FindingCode::IdmapMountFailed,
             "idmapped mount",
             userns.and_then(|u| u.idmap_mount.as_ref()),
             "cannot create an idmapped mount",
         ));
+    }
+    if pod_userns {
+        findings.extend(probe_finding(
+            FindingCode::RuntimeStateIdmapFailed,
+            "runtime root directory",
+            userns.and_then(|u| u.runtime_state_idmap.as_ref()),
+            "pods' volumes cannot be idmapped on the runtime's filesystem",
+        ));
+    }
+    for name in &desired.require_pod_userns {
+        findings.extend(pod_userns_finding(report.gvisor.as_ref(), name));
     }
     for name in &desired.require_runtime_handlers {
         findings.extend(handler_finding(report.gvisor.as_ref(), name));
@@ -251,6 +281,7 @@ pub fn evaluate(report: &Report, desired: &DesiredState) -> Verdict {
 fn namespace_note(report: &Report, desired: &DesiredState) -> Option<Finding> {
     let asks_userns_facts = desired.require_userns
         || desired.require_idmap_mounts
+        || !desired.require_pod_userns.is_empty()
         || desired.sysctls.iter().any(|s| s.name.starts_with("user."));
     let outside = report
         .user_namespaces
@@ -410,6 +441,75 @@ fn handler_finding(gvisor: Option<&Gvisor>, name: &str) -> Option<Finding> {
             ),
         )
     })
+}
+
+/// The name a `--require-pod-userns` handler has in `runtime_handlers`:
+/// `default` is the runtime's default handler, the unnamed entry.
+fn cri_handler_name(name: &str) -> &str {
+    if name == "default" {
+        ""
+    } else {
+        name
+    }
+}
+
+/// Whether kubelet would accept `hostUsers: false` for this handler: it
+/// reads `features.user_namespaces` of the handler in `runtime_handlers`,
+/// and takes absent features (or no `runtime_handlers`, containerd 1.x) as
+/// "not supported".
+fn pod_userns_finding(gvisor: Option<&Gvisor>, name: &str) -> Option<Finding> {
+    let cri = gvisor.and_then(|g| g.cri.as_ref());
+    let Some(cri) = cri.filter(|c| c.reachable) else {
+        let why = cri
+            .map(|c| c.error.as_str())
+            .filter(|e| !e.is_empty())
+            .unwrap_or("not observed");
+        return Some(finding(
+            FindingCode::CriUnreachable,
+            name,
+            "user_namespaces true",
+            "CRI unreachable",
+            format!(
+                "cannot ask the CRI runtime whether handler {name} supports user namespaces: {why}"
+            ),
+        ));
+    };
+    let unsupported = |actual: &str, why: String| {
+        Some(finding(
+            FindingCode::PodUsernsUnsupported,
+            name,
+            "user_namespaces true",
+            actual,
+            format!("kubelet will refuse hostUsers: false pods with handler {name}: {why}"),
+        ))
+    };
+    let runtime = format!("{} {}", cri.runtime_name, cri.runtime_version)
+        .trim()
+        .to_string();
+    if cri.handlers_source != crate::observe::cri::SOURCE_RUNTIME_HANDLERS {
+        return unsupported(
+            "no runtime_handlers",
+            format!("the runtime ({runtime}) does not report handler features; upgrade to containerd >= 2.0"),
+        );
+    }
+    let wanted = cri_handler_name(name);
+    let Some(h) = cri.handlers.iter().find(|h| h.name == wanted) else {
+        return unsupported(
+            "absent",
+            format!("the runtime ({runtime}) does not report this handler"),
+        );
+    };
+    match h.user_namespaces {
+        Some(true) => None,
+        Some(false) => unsupported(
+            "user_namespaces false",
+            format!("the runtime ({runtime}) reports user_namespaces false for it: its OCI runtime lacks idmapped mounts; install runc >= 1.2 or crun >= 1.9"),
+        ),
+        None => unsupported(
+            "features absent",
+            format!("the runtime ({runtime}) reports no features for it (its shim could not be asked, or does not report them): install the shim, and a runtime that reports user namespaces (runc >= 1.2, crun >= 1.9)"),
+        ),
+    }
 }
 
 fn gvisor_finding(gvisor: Option<&Gvisor>) -> Option<Finding> {

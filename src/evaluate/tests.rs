@@ -340,3 +340,92 @@ fn finding_codes_are_unique_and_match_the_proto() {
         .iter()
         .all(|c| c.chars().all(|ch| ch.is_ascii_uppercase() || ch == '_')));
 }
+
+/// A node whose own probes pass, with a CRI reporting `handlers`.
+fn pod_userns_node(source: &str, handlers: Vec<RuntimeHandler>, state: ProbeOutcome) -> Report {
+    let passed = || probe(ProbeOutcome::Passed, "ok");
+    Report {
+        user_namespaces: Some(UserNamespaces {
+            initial_user_namespace: true,
+            userns_create: passed(),
+            idmap_mount: passed(),
+            runtime_state_idmap: probe(state, "refused"),
+            ..UserNamespaces::default()
+        }),
+        gvisor: Some(Gvisor {
+            cri: Some(CriRuntime {
+                reachable: true,
+                runtime_name: "containerd".into(),
+                handlers_source: source.into(),
+                handlers,
+                ..CriRuntime::default()
+            }),
+            ..Gvisor::default()
+        }),
+        ..Report::default()
+    }
+}
+
+fn rh(name: &str, userns: Option<bool>) -> RuntimeHandler {
+    RuntimeHandler {
+        name: name.into(),
+        user_namespaces: userns,
+        ..RuntimeHandler::default()
+    }
+}
+
+#[test]
+fn pod_userns_reads_the_handler_features_as_kubelet_does() {
+    use crate::observe::cri::{SOURCE_INFO_CONFIG, SOURCE_RUNTIME_HANDLERS};
+    let d = |h: &[&str]| DesiredState {
+        require_pod_userns: h.iter().map(|s| (*s).to_string()).collect(),
+        ..DesiredState::default()
+    };
+    let handlers = || {
+        vec![
+            rh("", Some(true)),
+            rh("runc", Some(true)),
+            rh("old", Some(false)),
+            rh("runsc", None),
+        ]
+    };
+    let ok = pod_userns_node(SOURCE_RUNTIME_HANDLERS, handlers(), ProbeOutcome::Passed);
+    let v = evaluate(&ok, &d(&["runc", "default"]));
+    assert!(v.converged, "{v:?}");
+    let v = evaluate(&ok, &d(&["old", "runsc", "missing"]));
+    assert_eq!(codes(&v), ["POD_USERNS_UNSUPPORTED"; 3]);
+    assert!(v.findings[0].message.contains("runc >= 1.2 or crun >= 1.9"));
+    assert!(v.findings[1].message.contains("reports no features"));
+    // containerd 1.x: no runtime_handlers, whatever info.config lists.
+    let old = pod_userns_node(
+        SOURCE_INFO_CONFIG,
+        vec![rh("runc", None)],
+        ProbeOutcome::Passed,
+    );
+    let v = evaluate(&old, &d(&["runc"]));
+    assert_eq!(codes(&v), ["POD_USERNS_UNSUPPORTED"]);
+    assert!(v.findings[0].message.contains("containerd >= 2.0"));
+    // The runtime's filesystem refusing idmapped mounts blocks on its own.
+    let fs = pod_userns_node(SOURCE_RUNTIME_HANDLERS, handlers(), ProbeOutcome::Failed);
+    assert_eq!(
+        codes(&evaluate(&fs, &d(&["runc"]))),
+        ["RUNTIME_STATE_IDMAP_FAILED"]
+    );
+    // So does a failing user namespace, with its own code.
+    let mut no_userns = ok.clone();
+    if let Some(u) = no_userns.user_namespaces.as_mut() {
+        u.userns_create = probe(ProbeOutcome::Failed, "ENOSPC");
+    }
+    assert_eq!(
+        codes(&evaluate(&no_userns, &d(&["runc"]))),
+        ["USERNS_CREATE_FAILED"]
+    );
+    // A CRI that cannot be asked is not "supported".
+    let mut down = ok;
+    if let Some(c) = down.gvisor.as_mut().and_then(|g| g.cri.as_mut()) {
+        c.reachable = false;
+    }
+    assert_eq!(codes(&evaluate(&down, &d(&["runc"]))), ["CRI_UNREACHABLE"]);
+    assert!(validate(&d(&["Bad"])).is_err());
+    assert!(!is_empty(&d(&["runc"])));
+}

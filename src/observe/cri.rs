@@ -130,6 +130,9 @@ fn fill_status(out: &mut CriRuntime, status: StatusResponse) -> Result<(), Strin
         .collect();
 
     let config = status.info.get("config").map(String::as_str);
+    out.root_dir = config
+        .and_then(root_dir_from_info_config)
+        .unwrap_or_default();
     if !status.runtime_handlers.is_empty() {
         out.handlers_source = SOURCE_RUNTIME_HANDLERS.to_string();
         // info.config only adds runtime types here; when it is missing or
@@ -156,6 +159,17 @@ fn fill_status(out: &mut CriRuntime, status: StatusResponse) -> Result<(), Strin
     };
     out.handlers = handlers_from_info_config(config)?;
     Ok(())
+}
+
+/// containerd's root directory from its verbose `info["config"]`:
+/// `containerdRootDir` in 1.6 and 2.1 alike (the CRI plugin's own `rootDir`
+/// is a directory below it).
+pub fn root_dir_from_info_config(json: &str) -> Option<String> {
+    let root: Value = serde_json::from_str(json).ok()?;
+    root.get("containerdRootDir")
+        .and_then(Value::as_str)
+        .filter(|d| d.starts_with('/'))
+        .map(str::to_string)
 }
 
 fn from_runtime_handler(h: cri::RuntimeHandler, types: &RuntimeTypes) -> RuntimeHandler {
@@ -364,7 +378,21 @@ mod tests {
         "runtimes":{"runc":{"runtimeType":"io.containerd.runc.v2","options":{"SystemdCgroup":false}},
                     "runsc":{"runtimeType":"io.containerd.runsc.v1","runtimePath":"",
                              "options":{"TypeUrl":"io.containerd.runsc.v1.options","ConfigPath":"/etc/containerd/runsc.toml"}}},
-        "noPivot":false},"cni":{"binDir":"/opt/cni/bin"},"containerdEndpoint":"/run/containerd/containerd.sock"}"#;
+        "noPivot":false},"cni":{"binDir":"/opt/cni/bin"},"containerdEndpoint":"/run/containerd/containerd.sock",
+        "containerdRootDir":"/var/lib/containerd","rootDir":"/var/lib/containerd/io.containerd.grpc.v1.cri"}"#;
+
+    #[test]
+    fn root_dir_from_verbose_status() {
+        assert_eq!(
+            root_dir_from_info_config(CONTAINERD_16).as_deref(),
+            Some("/var/lib/containerd")
+        );
+        assert_eq!(
+            root_dir_from_info_config(r#"{"containerdRootDir":"rel"}"#),
+            None
+        );
+        assert_eq!(root_dir_from_info_config("{"), None);
+    }
 
     #[test]
     fn info_config_of_containerd_1_6() {

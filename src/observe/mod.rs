@@ -26,6 +26,9 @@ use crate::{
 };
 use gvisor::GvisorObserver;
 
+/// containerd's root directory when the CRI does not name one (Talos's too).
+pub const DEFAULT_RUNTIME_ROOT: &str = "/var/lib/containerd";
+
 /// Where and how to observe.
 #[derive(Debug, Clone)]
 pub struct ObserveConfig {
@@ -127,15 +130,28 @@ impl Observer {
                 )
             })
         };
-        let ((userns_create, idmap_mount), files) =
-            tokio::join!(userns::observe(&cfg.helper_exe, cfg.probe_timeout), files);
         // Only a panic in the reader gets here (it never panics by design).
-        let (sysctls_all, initial, node, extra_sysctls) = files.unwrap_or_default();
+        let (sysctls_all, initial, node, extra_sysctls) = files.await.unwrap_or_default();
         let rootless = !initial.unwrap_or(true);
         let gvisor = self
             .gvisor
             .observe(&cfg.gvisor, &cfg.paths, rootless, scope)
             .await;
+        // The idmap probe needs the runtime's root directory, which only
+        // the CRI's verbose Status names.
+        let root_dir = gvisor
+            .gvisor
+            .cri
+            .as_ref()
+            .map(|c| c.root_dir.as_str())
+            .filter(|d| !d.is_empty())
+            .unwrap_or(DEFAULT_RUNTIME_ROOT);
+        let probes = userns::observe(
+            &cfg.helper_exe,
+            cfg.probe_timeout,
+            &cfg.paths.host(root_dir),
+        )
+        .await;
         let report = Report {
             node: Some(node),
             agent: Some(AgentInfo {
@@ -145,8 +161,9 @@ impl Observer {
             observed_at: Some(pb_timestamp(SystemTime::now())),
             user_namespaces: Some(UserNamespaces {
                 sysctls: sysctls_all,
-                userns_create: Some(userns_create),
-                idmap_mount: Some(idmap_mount),
+                userns_create: Some(probes.userns),
+                idmap_mount: Some(probes.idmap),
+                runtime_state_idmap: Some(probes.state),
                 ..UserNamespaces::default()
             }),
             gvisor: Some(gvisor.gvisor),

@@ -57,6 +57,12 @@ pub fn keep_last_good(previous: &Report, report: &mut Report) -> Vec<String> {
             prev_u.and_then(|p| p.idmap_mount.as_ref()),
             &mut notes,
         );
+        carry_probe(
+            "runtime root idmap probe",
+            &mut u.runtime_state_idmap,
+            prev_u.and_then(|p| p.runtime_state_idmap.as_ref()),
+            &mut notes,
+        );
     }
     carry_sysctls(&mut report.sysctls, &previous.sysctls, &mut notes);
     if let Some(g) = report.gvisor.as_mut() {

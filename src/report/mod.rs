@@ -30,6 +30,7 @@ pub fn fingerprint(report: &Report) -> String {
     if let Some(u) = r.user_namespaces.as_mut() {
         strip_probe(u.userns_create.as_mut());
         strip_probe(u.idmap_mount.as_mut());
+        strip_probe(u.runtime_state_idmap.as_mut());
     }
     if let Some(g) = r.gvisor.as_mut() {
         strip_probe(g.sandbox.as_mut());

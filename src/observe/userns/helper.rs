@@ -276,3 +276,66 @@ fn idmap(userns: BorrowedFd<'_>, mapped_root: u32) -> Result<String, IdmapError>
         "; a file owned by uid {before} shows as uid {after} through it"
     ))
 }
+
+/// Idmaps a clone of the mount holding `dir` (the runtime's root directory),
+/// as a runtime does for a `hostUsers: false` pod's volumes: the filesystem
+/// there (ext4, xfs, btrfs, overlay...) must support idmapped mounts, which
+/// tmpfs passing does not prove.
+pub fn probe_state_idmap(
+    userns: BorrowedFd<'_>,
+    mapped_root: u32,
+    dir: &std::path::Path,
+    release: Option<&str>,
+) -> RawProbe {
+    let at = |step: &'static str| move |e: Errno| IdmapError::Syscall(step, e);
+    let run = || -> Result<String, IdmapError> {
+        // Our own mount namespace again: the clone must come from the
+        // caller's namespace, and nothing done here may leak out.
+        unshare(CloneFlags::CLONE_NEWNS).map_err(at("unshare"))?;
+        let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+            .map_err(|_| IdmapError::Syscall("open_tree", Errno::EINVAL))?;
+        let before = nix::sys::stat::stat(c.as_c_str())
+            .map_err(at("stat"))?
+            .st_uid;
+        let clone = mount_api::open_tree_clone(&c).map_err(at("open_tree"))?;
+        mount_api::mount_setattr_idmap(clone.as_fd(), userns).map_err(at("mount_setattr"))?;
+        let after = nix::sys::stat::fstat(&clone)
+            .map_err(at("stat through the idmapped mount"))?
+            .st_uid;
+        if before == 0 && after != mapped_root {
+            return Err(IdmapError::WrongOwner { before, after });
+        }
+        Ok(format!(
+            "; owned by uid {before}, it shows as uid {after} through the clone"
+        ))
+    };
+    let d = dir.display();
+    match run() {
+        Ok(detail) => RawProbe {
+            passed: true,
+            message: format!(
+                "idmapped a clone of {d} (open_tree(OPEN_TREE_CLONE), mount_setattr(MOUNT_ATTR_IDMAP)){detail}"
+            ),
+            ..RawProbe::default()
+        },
+        Err(IdmapError::Syscall(step @ ("stat" | "open_tree"), e)) if e == Errno::ENOENT => fail(
+            e,
+            format!("the runtime's root directory {d} does not exist here ({step}: ENOENT): bind it into the agent read-only, or name the right CRI endpoint"),
+        ),
+        Err(IdmapError::Syscall("mount_setattr", e)) if e == Errno::EINVAL => fail(
+            e,
+            format!(
+                "the filesystem holding {d} refuses idmapped mounts (mount_setattr(MOUNT_ATTR_IDMAP): EINVAL): put the runtime's root on ext4, xfs or btrfs (Linux >= 5.12) or use a kernel whose driver for it supports idmapping; {}",
+                release.map_or_else(|| "the kernel release is unknown".to_string(), |r| format!("this kernel is {}", r.trim()))
+            ),
+        ),
+        Err(IdmapError::Syscall(step, e)) => fail(
+            e,
+            format!("on {d}: {}", explain_idmap_errno(step, e as i32, release)),
+        ),
+        Err(IdmapError::WrongOwner { before, after }) => fail(
+            Errno::UnknownErrno,
+            format!("{d} was idmapped, but its owner uid {before} shows as uid {after} through the clone instead of uid {mapped_root}"),
+        ),
+    }
+}

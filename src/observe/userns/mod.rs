@@ -47,6 +47,17 @@ pub struct RawProbe {
 pub struct HelperOutput {
     pub userns: RawProbe,
     pub idmap: RawProbe,
+    /// The idmapped clone of the runtime's root directory.
+    #[serde(default)]
+    pub state: RawProbe,
+}
+
+/// The three probes the helper runs.
+#[derive(Debug, Clone, Default)]
+pub struct Probes {
+    pub userns: Probe,
+    pub idmap: Probe,
+    pub state: Probe,
 }
 
 /// Whether this process runs in the initial user namespace: its uid_map is
@@ -66,11 +77,14 @@ pub fn parse_is_initial(uid_map: &str) -> bool {
     matches!(lines.as_slice(), [f] if f.as_slice() == ["0", "0", "4294967295"])
 }
 
-/// Runs the helper (`exe __probe-userns`) and turns its answer into probes.
-pub async fn observe(exe: &Path, timeout: Duration) -> (Probe, Probe) {
+/// Runs the helper (`exe __probe-userns STATE_DIR`) and turns its answer
+/// into probes. `state_dir` is the runtime's root directory as the agent
+/// sees it (under the host root).
+pub async fn observe(exe: &Path, timeout: Duration, state_dir: &Path) -> Probes {
     let start = Instant::now();
     let child = tokio::process::Command::new(exe)
         .arg(HELPER_ARG)
+        .arg(state_dir)
         .env_clear()
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -109,7 +123,11 @@ pub async fn observe(exe: &Path, timeout: Duration) -> (Probe, Probe) {
     };
     let text = String::from_utf8_lossy(&out.stdout);
     match serde_json::from_str::<HelperOutput>(text.trim()) {
-        Ok(h) => (to_probe(&h.userns), to_probe(&h.idmap)),
+        Ok(h) => Probes {
+            userns: to_probe(&h.userns),
+            idmap: to_probe(&h.idmap),
+            state: to_probe(&h.state),
+        },
         Err(e) => both_error(
             0,
             format!("probe helper answered badly ({}): {e}", out.status),
@@ -118,9 +136,13 @@ pub async fn observe(exe: &Path, timeout: Duration) -> (Probe, Probe) {
     }
 }
 
-fn both_error(errno: i32, message: String, start: Instant) -> (Probe, Probe) {
+fn both_error(errno: i32, message: String, start: Instant) -> Probes {
     let p = probe(ProbeOutcome::Error, errno, message, start.elapsed());
-    (p.clone(), p)
+    Probes {
+        userns: p.clone(),
+        idmap: p.clone(),
+        state: p,
+    }
 }
 
 fn to_probe(raw: &RawProbe) -> Probe {
@@ -148,24 +170,41 @@ pub fn helper_main() -> i32 {
     let start = Instant::now();
     let (mut userns, ns) = helper::probe_userns(initial);
     userns.micros = micros(start);
+    let state_dir = std::env::args_os().nth(2).map(std::path::PathBuf::from);
+    // Only to explain a refusal; the release is global, so the agent's own
+    // /proc is right even inside a container.
+    let release =
+        hostio::read_value(Path::new("/proc/sys/kernel/osrelease"), MAX_RELEASE_BYTES).ok();
+    let release = release.as_deref();
+    let mapped = helper::id_map(initial).1;
+    let needs_userns = || RawProbe {
+        skipped: true,
+        message: "not run: it needs a user namespace, and creating one failed".into(),
+        ..RawProbe::default()
+    };
     let start = Instant::now();
     let mut idmap = match &ns {
-        Some(ns) => {
-            // Only to explain a refusal; the release is global, so the
-            // agent's own /proc is right even inside a container.
-            let release =
-                hostio::read_value(Path::new("/proc/sys/kernel/osrelease"), MAX_RELEASE_BYTES).ok();
-            helper::probe_idmap(ns.fd.as_fd(), helper::id_map(initial).1, release.as_deref())
-        }
-        None => RawProbe {
+        Some(ns) => helper::probe_idmap(ns.fd.as_fd(), mapped, release),
+        None => needs_userns(),
+    };
+    idmap.micros = micros(start);
+    let start = Instant::now();
+    let mut state = match (&ns, &state_dir) {
+        (Some(ns), Some(dir)) => helper::probe_state_idmap(ns.fd.as_fd(), mapped, dir, release),
+        (None, _) => needs_userns(),
+        (_, None) => RawProbe {
             skipped: true,
-            message: "not run: it needs a user namespace, and creating one failed".into(),
+            message: "not run: no runtime root directory given".into(),
             ..RawProbe::default()
         },
     };
-    idmap.micros = micros(start);
+    state.micros = micros(start);
     drop(ns);
-    let out = HelperOutput { userns, idmap };
+    let out = HelperOutput {
+        userns,
+        idmap,
+        state,
+    };
     match serde_json::to_string(&out) {
         Ok(line) => {
             println!("{line}");

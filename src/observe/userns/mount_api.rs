@@ -17,6 +17,8 @@ const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
 const FSMOUNT_CLOEXEC: libc::c_uint = 0x1;
 const AT_RECURSIVE: libc::c_uint = 0x8000;
 const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+const OPEN_TREE_CLONE: libc::c_uint = 0x1;
+const OPEN_TREE_CLOEXEC: libc::c_uint = libc::O_CLOEXEC as libc::c_uint;
 
 /// `struct mount_attr` (MOUNT_ATTR_SIZE_VER0).
 #[repr(C)]
@@ -62,6 +64,20 @@ pub fn fsconfig_create(fs: BorrowedFd<'_>) -> nix::Result<()> {
 pub fn fsmount(fs: BorrowedFd<'_>) -> nix::Result<OwnedFd> {
     // SAFETY: integer arguments only.
     new_fd(unsafe { libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), FSMOUNT_CLOEXEC, 0) })
+}
+
+/// `open_tree(AT_FDCWD, path, OPEN_TREE_CLONE)`: a detached copy of the
+/// mount at `path` (not its submounts), which may then be idmapped.
+pub fn open_tree_clone(path: &CStr) -> nix::Result<OwnedFd> {
+    // SAFETY: `path` is a live NUL-terminated string; the call reads only it.
+    new_fd(unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC,
+        )
+    })
 }
 
 /// `mount_setattr(mnt, "", AT_EMPTY_PATH | AT_RECURSIVE, {MOUNT_ATTR_IDMAP,
