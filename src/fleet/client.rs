@@ -538,6 +538,7 @@ mod tests {
         let no_addr = Node {
             name: "w".into(),
             address: None,
+            machine: None,
         };
         let r = c
             .check_node(&no_addr, &DesiredState::default(), false)

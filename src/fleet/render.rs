@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use super::{
     pool::Change,
-    result::{node_reason, pool_converged, AskError, Counts, NodeResult},
+    result::{count_matches, node_reason, pool_converged, AskError, Counts, NodeResult},
 };
 use crate::{
     proto::v1::DesiredState,
@@ -35,14 +35,19 @@ fn converged_word(r: &NodeResult) -> &'static str {
         Ok(a) if a.verdict.converged => "yes",
         Ok(_) => "no",
         Err(AskError::NoAnswerYet) => "waiting",
+        Err(AskError::Pending) => "pending",
+        Err(AskError::Leaving) => "leaving",
         Err(_) => "unreachable",
     }
 }
 
 /// The table: one row per node, in the order given (see
-/// [`sort_results`](super::result::sort_results)).
+/// [`sort_results`](super::result::sort_results)). Rows from a MachineList
+/// are labelled by Machine, with the node name beside it once known.
 pub fn table(results: &[NodeResult]) -> String {
+    let machines = results.iter().any(|r| r.node.machine.is_some());
     let header = [
+        if machines { "MACHINE" } else { "NODE" },
         "NODE",
         "ADDRESS",
         "CONVERGED",
@@ -51,7 +56,7 @@ pub fn table(results: &[NodeResult]) -> String {
         "GVISOR",
         "FINDING",
     ];
-    let rows: Vec<[String; 7]> = results
+    let rows: Vec<[String; 8]> = results
         .iter()
         .map(|r| {
             let (limit, probe, gvisor) = match &r.outcome {
@@ -80,6 +85,7 @@ pub fn table(results: &[NodeResult]) -> String {
             }
             [
                 clean_line(&r.node.name),
+                clean_line(r.node.node_name().unwrap_or("-")),
                 r.node.address_display(),
                 converged_word(r).to_string(),
                 limit,
@@ -100,10 +106,15 @@ pub fn table(results: &[NodeResult]) -> String {
         }
     }
     let mut out = String::new();
+    // The node-name column only for Machines: a NodeList row is its node.
+    let skip = if machines { usize::MAX } else { 1 };
     let mut line = |cells: &[String]| {
         let last = cells.len().saturating_sub(1);
         let mut l = String::new();
         for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            if i == skip {
+                continue;
+            }
             if i == last {
                 l.push_str(cell);
             } else {
@@ -121,11 +132,14 @@ pub fn table(results: &[NodeResult]) -> String {
 }
 
 /// One line: "9/10 converged; node-3: user.max_user_namespaces is 0, expected 11255".
+/// Machines being deleted are left out of the count and named at the end.
 pub fn summary(results: &[NodeResult], expected: Option<usize>) -> String {
-    let total = results.len();
-    let converged = results.iter().filter(|r| r.converged()).count();
+    let (leaving, members): (Vec<&NodeResult>, Vec<&NodeResult>) =
+        results.iter().partition(|r| r.node.is_leaving());
+    let total = members.len();
+    let converged = members.iter().filter(|r| r.converged()).count();
     let mut s = format!("{converged}/{total} converged");
-    let off: Vec<&NodeResult> = results.iter().filter(|r| !r.converged()).collect();
+    let off: Vec<&NodeResult> = members.into_iter().filter(|r| !r.converged()).collect();
     for r in off.iter().take(SUMMARY_NODES) {
         let _ = write!(
             s,
@@ -137,12 +151,17 @@ pub fn summary(results: &[NodeResult], expected: Option<usize>) -> String {
     if off.len() > SUMMARY_NODES {
         let _ = write!(s, "; and {} more", off.len() - SUMMARY_NODES);
     }
+    let machines = results.iter().any(|r| r.node.machine.is_some());
     match expected {
-        Some(n) if total < n => {
+        Some(n) if !count_matches(total, expected, machines) => {
             let _ = write!(s, "; expected {n} nodes, {total} found");
         }
         _ if total == 0 => s.push_str("; no nodes"),
         _ => {}
+    }
+    if !leaving.is_empty() {
+        let names: Vec<String> = leaving.iter().map(|r| clean_line(&r.node.name)).collect();
+        let _ = write!(s, "; leaving: {}", names.join(", "));
     }
     s
 }
@@ -185,8 +204,9 @@ pub fn json_document(
     expected: Option<usize>,
     elapsed: Duration,
 ) -> Value {
-    let converged = results.iter().filter(|r| r.converged()).count();
-    let unreachable = results.iter().filter(|r| r.outcome.is_err()).count();
+    let members = || results.iter().filter(|r| !r.node.is_leaving());
+    let converged = members().filter(|r| r.converged()).count();
+    let unreachable = members().filter(|r| r.outcome.is_err()).count();
     let nodes: Vec<Value> = results
         .iter()
         .map(|r| {
@@ -201,6 +221,10 @@ pub fn json_document(
             json!({
                 "name": r.node.name,
                 "address": r.node.address.as_ref().map(ToString::to_string),
+                "machine": r.node.machine.as_ref().map(|m| json!({
+                    "nodeName": m.node_name,
+                    "deleting": m.deleting,
+                })),
                 "converged": r.converged(),
                 "reason": node_reason(&r.outcome),
                 "verdict": verdict,
@@ -214,7 +238,7 @@ pub fn json_document(
     json!({
         "converged": pool_converged(results, expected),
         "summary": summary(results, expected),
-        "nodesTotal": results.len(),
+        "nodesTotal": members().count(),
         "nodesConverged": converged,
         "nodesUnreachable": unreachable,
         "expectedNodes": expected,
