@@ -405,7 +405,11 @@ pub fn parse_node_list(
                 )))
             }
         };
-        let what = if is_machine { "machine" } else { "node" };
+        let (what, label) = if is_machine {
+            ("machine", "address")
+        } else {
+            ("node", "InternalIP")
+        };
         let name = item
             .pointer("/metadata/name")
             .and_then(Value::as_str)
@@ -433,7 +437,7 @@ pub fn parse_node_list(
             None => None,
             Some(ip) => Some(Address {
                 host: parse_internal_ip(ip)
-                    .map_err(|e| at(format!("{what} {name}: address {:?}: {e}", quote(ip))))?,
+                    .map_err(|e| at(format!("{what} {name}: {label} {:?}: {e}", quote(ip))))?,
                 port: default_port,
             }),
         };
