@@ -509,6 +509,62 @@ mod tests {
     }
 
     #[test]
+    fn machine_rows_leaving_pending_and_exact_counts() {
+        use crate::fleet::nodes::Machine;
+        let machine = |name: &str, node: Option<&str>, deleting: bool, limit: &str| {
+            let mut r = result(name, limit, Ok(()));
+            r.node.machine = Some(Machine {
+                node_name: node.map(String::from),
+                deleting,
+            });
+            r
+        };
+        let mut pending = machine("m-3", None, false, "");
+        pending.node.address = None;
+        pending.outcome = Err(AskError::Pending);
+        let mut leaving = machine("m-0", Some("w-0"), true, "0");
+        leaving.outcome = Err(AskError::Leaving);
+        let up = [
+            machine("m-1", Some("w-1"), false, "11255"),
+            machine("m-2", Some("w-2"), false, "11255"),
+        ];
+        let t = table(&[leaving.clone(), up[0].clone(), pending.clone()]);
+        let lines: Vec<Vec<&str>> = t.lines().map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(lines[0][..3], ["MACHINE", "NODE", "ADDRESS"], "{t}");
+        assert_eq!(
+            lines[1][..4],
+            ["m-0", "w-0", "127.0.0.1:50101", "leaving"],
+            "{t}"
+        );
+        assert_eq!(
+            lines[2][..4],
+            ["m-1", "w-1", "127.0.0.1:50101", "yes"],
+            "{t}"
+        );
+        assert_eq!(lines[3][..4], ["m-3", "-", "-", "pending"], "{t}");
+        // A Machine being deleted is not counted; a pending one is, unconverged.
+        let with_leaving = [leaving.clone(), up[0].clone(), up[1].clone()];
+        assert!(pool_converged(&with_leaving, Some(2)));
+        assert_eq!(
+            summary(&with_leaving, Some(2)),
+            "2/2 converged; leaving: m-0"
+        );
+        let with_pending = [up[0].clone(), up[1].clone(), pending];
+        assert!(!pool_converged(&with_pending, None));
+        // Machines: exactly the expected count (a surplus means a rollout is
+        // still under way); nodes: at least.
+        assert!(!pool_converged(&up, Some(1)));
+        assert_eq!(
+            summary(&up, Some(1)),
+            "2/2 converged; expected 1 nodes, 2 found"
+        );
+        let plain = [result("a", "11255", Ok(())), result("b", "11255", Ok(()))];
+        assert!(pool_converged(&plain, Some(1)));
+        assert!(!table(&plain).contains("MACHINE"));
+        assert!(!pool_converged(&[leaving], None), "no members");
+    }
+
+    #[test]
     fn json_document_shape() {
         let rs = vec![
             result("a", "11255", Ok(())),
