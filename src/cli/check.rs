@@ -425,17 +425,6 @@ async fn run_wait(args: &CheckArgs, plan: Plan, limit: Duration) -> Outcome {
     }
     let mut results = watch.state().results();
     drop(watch);
-    // A watched Machine keeps its watcher while its address does; its node
-    // name may have been learnt since.
-    for r in &mut results {
-        if let Some(n) = listing
-            .watched
-            .iter()
-            .find(|n| n.name == r.node.name && n.address == r.node.address)
-        {
-            r.node.machine.clone_from(&n.machine);
-        }
-    }
     results.extend(listing.standing.iter().filter_map(not_asked));
     print_results(args, results, &plan.desired, expected, started.elapsed())
 }
