@@ -4,7 +4,8 @@
 //! The parts are a library first, for a controller written in Rust. They
 //! import one way: `nodes` ← `result` ← `pool` ← `wait`, with `client`
 //! (over `dial`) beside them and `render` on top.
-//! - [`nodes`]: which nodes (pure parsing of lists, files, NodeList JSON);
+//! - [`nodes`]: which nodes (pure parsing of lists, files, NodeList and
+//!   Cluster API MachineList JSON);
 //!   [`source`]: reading them from files and `--nodes-cmd`;
 //! - [`client`]: [`client::Client::check_nodes`] asks every node in
 //!   parallel, each under its own connect timeout and deadline, and returns
