@@ -14,7 +14,7 @@ use sandbox_readiness::{
         self,
         nodes::{Node, DEFAULT_PORT},
         render::{self, Progress},
-        result::{pool_converged, sort_results, NodeResult},
+        result::{count_matches, node_reason, pool_converged, sort_results, AskError, NodeResult},
         source,
         wait::{PoolWatch, WatchOptions},
         CheckConfig, ClientTlsFiles, Plan,
@@ -40,19 +40,19 @@ pub struct CheckArgs {
     /// A file of nodes, one per line; '#' starts a comment (repeatable).
     #[arg(long, value_name = "FILE")]
     pub nodes_file: Vec<PathBuf>,
-    /// The JSON of `kubectl get nodes -o json` ('-' for stdin): each node's InternalIP, rows labelled by node name.
+    /// The JSON of `kubectl get nodes -o json` or `kubectl get machines -o json` ('-' for stdin): each node's (or Cluster API Machine's) InternalIP, rows labelled by node (or Machine) name; a file is read again every round of --wait.
     #[arg(long, value_name = "FILE|-")]
     pub kube_nodes: Option<PathBuf>,
-    /// A shell command printing nodes (NodeList JSON, or one per line); re-run every round of --wait to follow a rollout.
+    /// A shell command printing nodes (NodeList or MachineList JSON, or one per line); re-run every round of --wait to follow a rollout.
     #[arg(long, value_name = "CMD")]
     pub nodes_cmd: Option<String>,
-    /// How often --nodes-cmd is re-run during --wait.
+    /// How often --nodes-cmd is re-run (and a --kube-nodes file re-read) during --wait.
     #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration)]
     pub nodes_cmd_interval: Duration,
     /// Deadline for one run of --nodes-cmd.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub nodes_cmd_timeout: Duration,
-    /// The pool has not converged while fewer than N nodes exist.
+    /// The pool has not converged while fewer than N nodes exist (for Machines: while other than N exist, Machines being deleted not counted).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub expect_nodes: Option<u32>,
     /// Port for nodes given without one.
@@ -151,13 +151,34 @@ pub async fn run(args: CheckArgs) -> Outcome {
     }
 }
 
+/// Machines being deleted and Machines without an address are rows of
+/// their own, never asked.
+fn not_asked(node: &Node) -> Option<NodeResult> {
+    let error = if node.is_leaving() {
+        AskError::Leaving
+    } else if node.is_pending() {
+        AskError::Pending
+    } else {
+        return None;
+    };
+    Some(NodeResult {
+        node: node.clone(),
+        outcome: Err(error),
+        elapsed: Duration::ZERO,
+        boot_id_changes: 0,
+    })
+}
+
 async fn run_once(args: &CheckArgs, plan: Plan) -> Outcome {
     let started = Instant::now();
-    let all = plan.nodes_with(&plan.from_cmd);
-    let results = plan
+    let all = plan.nodes_with(&plan.from_kube, &plan.from_cmd);
+    let (standing, asked): (Vec<Node>, Vec<Node>) =
+        all.into_iter().partition(|n| not_asked(n).is_some());
+    let mut results = plan
         .client
-        .check_nodes(&all, &plan.desired, args.refresh)
+        .check_nodes(&asked, &plan.desired, args.refresh)
         .await;
+    results.extend(standing.iter().filter_map(not_asked));
     print_results(
         args,
         results,
@@ -205,6 +226,67 @@ enum End {
     Interrupted,
 }
 
+/// The nodes the listings name, split into those watched and those shown
+/// without asking (Machines leaving or pending).
+struct Listing {
+    watched: Vec<Node>,
+    standing: Vec<Node>,
+}
+
+impl Listing {
+    fn new(all: Vec<Node>) -> Self {
+        let (standing, watched) = all.into_iter().partition(|n| not_asked(n).is_some());
+        Listing { watched, standing }
+    }
+
+    fn pending(&self) -> usize {
+        self.standing.iter().filter(|n| n.is_pending()).count()
+    }
+
+    fn machines(&self) -> bool {
+        self.watched
+            .iter()
+            .chain(&self.standing)
+            .any(|n| n.machine.is_some())
+    }
+
+    /// One note per Machine that became leaving or pending since `before`.
+    fn notes(&self, before: Option<&Listing>) -> Vec<String> {
+        self.standing
+            .iter()
+            .filter(|n| before.is_none_or(|b| !b.standing.contains(n)))
+            .filter_map(|n| {
+                not_asked(n).map(|r| format!("{}: {}", n.name, node_reason(&r.outcome)))
+            })
+            .collect()
+    }
+}
+
+/// Re-reads a node source every `every` beside the event loop, so a slow
+/// kubectl never holds up events, the deadline or Ctrl-C.
+fn relist<F, Fut>(
+    every: Duration,
+    read: F,
+) -> (
+    mpsc::Receiver<Result<Vec<Node>, String>>,
+    tokio::task::JoinHandle<()>,
+)
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<Vec<Node>, String>> + Send,
+{
+    let (tx, rx) = mpsc::channel(1);
+    let task = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            if tx.send(read().await).await.is_err() {
+                return;
+            }
+        }
+    });
+    (rx, task)
+}
+
 async fn run_wait(args: &CheckArgs, plan: Plan, limit: Duration) -> Outcome {
     let started = Instant::now();
     let deadline = tokio::time::sleep_until(started + limit);
@@ -215,29 +297,58 @@ async fn run_wait(args: &CheckArgs, plan: Plan, limit: Duration) -> Outcome {
         plan.desired.clone(),
         WatchOptions::default(),
     );
-    let merged = |from_cmd: &[Node]| plan.nodes_with(from_cmd);
+    let (mut from_kube, mut from_cmd) = (plan.from_kube.clone(), plan.from_cmd.clone());
+    let mut listing = Listing::new(plan.nodes_with(&from_kube, &from_cmd));
     // The first node set is one line, not one "added" per node.
-    let first = watch.set_nodes(&merged(&plan.from_cmd)).len();
+    let first = watch.set_nodes(&listing.watched).len();
     progress.note(
         &format!("watching {first} node{}", if first == 1 { "" } else { "s" }),
         started.elapsed(),
     );
+    for n in listing.notes(None) {
+        progress.note(&n, started.elapsed());
+    }
 
-    // --nodes-cmd rounds run beside the event loop so a slow kubectl never
-    // holds up events, the deadline or Ctrl-C.
-    let (cmd_tx, mut cmd_rx) = mpsc::channel(1);
-    let cmd_task = args.nodes_cmd.clone().map(|cmd| {
-        let (port, every, limit) = (args.port, args.nodes_cmd_interval, args.nodes_cmd_timeout);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                let r = source::run_nodes_cmd(&cmd, port, limit).await;
-                if cmd_tx.send(r).await.is_err() {
-                    return;
+    let every = args.nodes_cmd_interval;
+    let (mut cmd_rx, cmd_task) = match args.nodes_cmd.clone() {
+        Some(cmd) => {
+            let (port, limit) = (args.port, args.nodes_cmd_timeout);
+            let (rx, t) = relist(every, move || {
+                let cmd = cmd.clone();
+                async move { source::run_nodes_cmd(&cmd, port, limit).await }
+            });
+            (Some(rx), Some(t))
+        }
+        None => (None, None),
+    };
+    // Stdin cannot be read twice; a file is re-read like --nodes-cmd re-runs.
+    let kube_file = args.kube_nodes.clone().filter(|p| p.as_os_str() != "-");
+    let (mut kube_rx, kube_task) = match kube_file {
+        Some(path) => {
+            let port = args.port;
+            let (rx, t) = relist(every, move || {
+                let path = path.clone();
+                async move {
+                    tokio::task::spawn_blocking(move || source::read_kube_nodes(&path, port))
+                        .await
+                        .unwrap_or_else(|e| Err(format!("--kube-nodes: {e}")))
                 }
-            }
-        })
-    });
+            });
+            (Some(rx), Some(t))
+        }
+        None => (None, None),
+    };
+    async fn next_listing(
+        rx: &mut Option<mpsc::Receiver<Result<Vec<Node>, String>>>,
+    ) -> Result<Vec<Node>, String> {
+        match rx {
+            Some(rx) => match rx.recv().await {
+                Some(r) => r,
+                None => std::future::pending().await,
+            },
+            None => std::future::pending().await,
+        }
+    }
     let (int_tx, mut int_rx) = mpsc::channel::<()>(1);
     let int_task = tokio::spawn(async move {
         // If the handler cannot be installed, Ctrl-C keeps its default
@@ -249,39 +360,60 @@ async fn run_wait(args: &CheckArgs, plan: Plan, limit: Duration) -> Outcome {
         }
     });
     let mut ticker = tokio::time::interval(Duration::from_secs(1));
-    let mut last_cmd_error: Option<String> = None;
+    let mut last_error: Option<String> = None;
     let expected = plan.expected;
-    let done = |w: &PoolWatch| {
-        w.state().all_converged() && w.state().counts().total >= expected.unwrap_or(0)
+    // Every watched node converged, no Machine still waits for an address,
+    // and the members (Machines being deleted are not) are as many as expected.
+    let done = |w: &PoolWatch, l: &Listing| {
+        let members = w.state().counts().total + l.pending();
+        w.state().all_converged()
+            && l.pending() == 0
+            && count_matches(members, expected, l.machines())
     };
 
     let end = loop {
-        if done(&watch) {
+        if done(&watch, &listing) {
             break End::Converged;
         }
-        tokio::select! {
-            changes = watch.next() => progress.changes(&changes, started.elapsed()),
-            Some(r) = cmd_rx.recv() => match r {
-                Ok(listed) => {
-                    last_cmd_error = None;
-                    let changes = watch.set_nodes(&merged(&listed));
-                    progress.changes(&changes, started.elapsed());
-                }
-                Err(e) => {
-                    // Keep the last node set: a failing kubectl during a
-                    // rollout must not empty the pool.
-                    if last_cmd_error.as_deref() != Some(e.as_str()) {
-                        progress.note(&format!("{e} (keeping the last node set)"), started.elapsed());
-                        last_cmd_error = Some(e);
-                    }
-                }
-            },
-            _ = ticker.tick() => progress.tick(watch.state().counts(), expected, started.elapsed()),
+        let relisted = tokio::select! {
+            changes = watch.next() => {
+                progress.changes(&changes, started.elapsed());
+                None
+            }
+            r = next_listing(&mut cmd_rx) => Some(r.map(|n| from_cmd = n)),
+            r = next_listing(&mut kube_rx) => Some(r.map(|n| from_kube = n)),
+            _ = ticker.tick() => {
+                progress.tick(watch.state().counts(), expected, started.elapsed());
+                None
+            }
             () = &mut deadline => break End::TimedOut,
             Some(()) = int_rx.recv() => break End::Interrupted,
+        };
+        match relisted {
+            None => {}
+            Some(Ok(())) => {
+                last_error = None;
+                let next = Listing::new(plan.nodes_with(&from_kube, &from_cmd));
+                let changes = watch.set_nodes(&next.watched);
+                progress.changes(&changes, started.elapsed());
+                for n in next.notes(Some(&listing)) {
+                    progress.note(&n, started.elapsed());
+                }
+                listing = next;
+            }
+            // Keep the last node set: a failing kubectl during a rollout
+            // must not empty the pool.
+            Some(Err(e)) if last_error.as_deref() != Some(e.as_str()) => {
+                progress.note(
+                    &format!("{e} (keeping the last node set)"),
+                    started.elapsed(),
+                );
+                last_error = Some(e);
+            }
+            Some(Err(_)) => {}
         }
     };
-    if let Some(t) = cmd_task {
+    for t in cmd_task.into_iter().chain(kube_task) {
         t.abort();
     }
     int_task.abort();
@@ -291,7 +423,8 @@ async fn run_wait(args: &CheckArgs, plan: Plan, limit: Duration) -> Outcome {
         End::TimedOut => eprintln!("{WHO}: not converged within {}", fmt_duration(limit)),
         End::Interrupted => eprintln!("{WHO}: interrupted; the state so far:"),
     }
-    let results = watch.state().results();
+    let mut results = watch.state().results();
     drop(watch);
+    results.extend(listing.standing.iter().filter_map(not_asked));
     print_results(args, results, &plan.desired, expected, started.elapsed())
 }

@@ -251,7 +251,10 @@ impl Client {
 /// `--nodes-cmd`); a node written as `HOST` or `HOST:PORT` has no name but
 /// its address, so it is its host.
 pub fn node_server_name(node: &Node, addr: &Address) -> Result<String, AskError> {
-    let name = if node.name == addr.to_string() {
+    // A Machine's agent holds a certificate for its node, not the Machine.
+    let name = if let Some(node_name) = node.node_name() {
+        node_name.to_string()
+    } else if node.name == addr.to_string() {
         addr.host.to_string()
     } else {
         node.name.clone()
@@ -479,6 +482,19 @@ mod tests {
         kube.name = "worker-1".into();
         let addr = kube.address.clone().unwrap();
         assert_eq!(node_server_name(&kube, &addr).unwrap(), "worker-1");
+        // A Machine row: its node's name once known, else the Machine's.
+        kube.name = "md0-58f4d6c9b7-p4lzn".into();
+        kube.machine = Some(crate::fleet::nodes::Machine::default());
+        assert_eq!(
+            node_server_name(&kube, &addr).unwrap(),
+            "md0-58f4d6c9b7-p4lzn"
+        );
+        kube.machine = Some(crate::fleet::nodes::Machine {
+            node_name: Some("worker-7".into()),
+            deleting: false,
+        });
+        assert_eq!(node_server_name(&kube, &addr).unwrap(), "worker-7");
+        kube.machine = None;
         kube.name = "not a name".into();
         assert!(matches!(
             node_server_name(&kube, &addr),
@@ -538,6 +554,7 @@ mod tests {
         let no_addr = Node {
             name: "w".into(),
             address: None,
+            machine: None,
         };
         let r = c
             .check_node(&no_addr, &DesiredState::default(), false)

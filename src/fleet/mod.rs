@@ -4,7 +4,8 @@
 //! The parts are a library first, for a controller written in Rust. They
 //! import one way: `nodes` ← `result` ← `pool` ← `wait`, with `client`
 //! (over `dial`) beside them and `render` on top.
-//! - [`nodes`]: which nodes (pure parsing of lists, files, NodeList JSON);
+//! - [`nodes`]: which nodes (pure parsing of lists, files, NodeList and
+//!   Cluster API MachineList JSON);
 //!   [`source`]: reading them from files and `--nodes-cmd`;
 //! - [`client`]: [`client::Client::check_nodes`] asks every node in
 //!   parallel, each under its own connect timeout and deadline, and returns
@@ -65,7 +66,8 @@ pub struct CheckConfig {
     pub nodes: Vec<String>,
     /// Files of nodes, one per line.
     pub nodes_files: Vec<PathBuf>,
-    /// `kubectl get nodes -o json` output (`-` for stdin).
+    /// `kubectl get nodes -o json` or `kubectl get machines -o json` output
+    /// (`-` for stdin); a file is read again every round of `--wait`.
     pub kube_nodes: Option<PathBuf>,
     /// A shell command printing nodes.
     pub nodes_cmd: Option<String>,
@@ -117,17 +119,26 @@ pub enum CheckError {
 pub struct Plan {
     pub desired: DesiredState,
     pub client: Client,
-    /// From `nodes`, `nodes_files` and `kube_nodes`; fixed for the whole run.
+    /// From `nodes` and `nodes_files`; fixed for the whole run.
     pub fixed: Vec<Node>,
+    /// The first `kube_nodes` result.
+    pub from_kube: Vec<Node>,
     /// The first `nodes_cmd` result.
     pub from_cmd: Vec<Node>,
     pub expected: Option<usize>,
 }
 
 impl Plan {
-    /// The fixed nodes and `from_cmd`, each address once.
-    pub fn nodes_with(&self, from_cmd: &[Node]) -> Vec<Node> {
-        nodes::dedupe(self.fixed.iter().chain(from_cmd).cloned().collect())
+    /// The fixed nodes, `from_kube` and `from_cmd`, each address once.
+    pub fn nodes_with(&self, from_kube: &[Node], from_cmd: &[Node]) -> Vec<Node> {
+        nodes::dedupe(
+            self.fixed
+                .iter()
+                .chain(from_kube)
+                .chain(from_cmd)
+                .cloned()
+                .collect(),
+        )
     }
 }
 
@@ -171,12 +182,11 @@ pub async fn prepare(cfg: &CheckConfig) -> Result<Plan, CheckError> {
     {
         return Err(CheckError::NoSource);
     }
+    let from_kube = match &cfg.kube_nodes {
+        Some(path) => source::read_kube_nodes(path, cfg.port).map_err(CheckError::Source)?,
+        None => Vec::new(),
+    };
     let mut fixed = Vec::new();
-    if let Some(path) = &cfg.kube_nodes {
-        let text = source::read_capped(path, "--kube-nodes").map_err(CheckError::Source)?;
-        let origin = format!("--kube-nodes {}", path.display());
-        fixed.extend(nodes::parse_node_list(&text, cfg.port, &origin)?);
-    }
     for list in &cfg.nodes {
         fixed.extend(nodes::parse_list(list, cfg.port)?);
     }
@@ -200,6 +210,7 @@ pub async fn prepare(cfg: &CheckConfig) -> Result<Plan, CheckError> {
     if plaintext_local_only {
         if let Some(n) = fixed
             .iter()
+            .chain(&from_kube)
             .chain(&from_cmd)
             .find(|n| n.address.as_ref().is_some_and(|a| !a.is_loopback()))
         {
@@ -209,7 +220,14 @@ pub async fn prepare(cfg: &CheckConfig) -> Result<Plan, CheckError> {
             });
         }
     }
-    let all = nodes::dedupe(fixed.iter().chain(&from_cmd).cloned().collect());
+    let all = nodes::dedupe(
+        fixed
+            .iter()
+            .chain(&from_kube)
+            .chain(&from_cmd)
+            .cloned()
+            .collect(),
+    );
     if all.is_empty() && cfg.wait.is_none() {
         return Err(CheckError::NoNodes);
     }
@@ -223,6 +241,7 @@ pub async fn prepare(cfg: &CheckConfig) -> Result<Plan, CheckError> {
         desired: cfg.desired.clone(),
         client,
         fixed,
+        from_kube,
         from_cmd,
         expected: cfg.expect_nodes.and_then(|n| usize::try_from(n).ok()),
     })

@@ -1,5 +1,6 @@
 //! Which nodes to ask: `-n/--nodes`, `--nodes-file`, `--kube-nodes` and the
-//! output of `--nodes-cmd`.
+//! output of `--nodes-cmd` (entries, a Kubernetes `NodeList`, or a Cluster
+//! API `MachineList`).
 //!
 //! Everything here is pure (text in, nodes or a one-line error out), so it is
 //! property-tested: no input panics, and a bad entry is refused with the
@@ -86,6 +87,19 @@ pub struct Node {
     /// `None` for a Kubernetes node that lists no usable InternalIP: it is
     /// part of the pool but cannot be asked, so it is a row of its own.
     pub address: Option<Address>,
+    /// Set for a row from a Cluster API `MachineList`: `name` is then the
+    /// Machine's name, which stays the same through a rollout.
+    pub machine: Option<Machine>,
+}
+
+/// What a Cluster API Machine adds to a row.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Machine {
+    /// `status.nodeRef.name`, once the Machine's node joined the cluster.
+    pub node_name: Option<String>,
+    /// `metadata.deletionTimestamp` is set: the Machine is being replaced or
+    /// removed, so its node no longer belongs to the pool.
+    pub deleting: bool,
 }
 
 impl Node {
@@ -94,7 +108,24 @@ impl Node {
         Node {
             name: name.into(),
             address: Some(address),
+            machine: None,
         }
+    }
+
+    /// A Machine being deleted: shown, never asked, not counted.
+    pub fn is_leaving(&self) -> bool {
+        self.machine.as_ref().is_some_and(|m| m.deleting)
+    }
+
+    /// A Machine that has no address yet: part of the pool, not converged,
+    /// and asked once a later listing gives it an address.
+    pub fn is_pending(&self) -> bool {
+        self.machine.is_some() && self.address.is_none() && !self.is_leaving()
+    }
+
+    /// The node name of a Machine row, once known.
+    pub fn node_name(&self) -> Option<&str> {
+        self.machine.as_ref().and_then(|m| m.node_name.as_deref())
     }
 
     /// Identity for dedupe and for following a changing node set: the
@@ -216,6 +247,7 @@ pub fn parse_entry(raw: &str, default_port: u16) -> Result<Node, EntryError> {
     Ok(Node {
         name,
         address: Some(address),
+        machine: None,
     })
 }
 
@@ -323,6 +355,10 @@ pub fn parse_lines(text: &str, default_port: u16, origin: &str) -> Result<Vec<No
 /// `metadata.name`, dialled at its first `InternalIP` (the kubelet lists its
 /// primary address first). A node without an InternalIP is kept without an
 /// address, so it shows as a node that cannot be asked instead of vanishing.
+///
+/// `kubectl get machines -o json` (a Cluster API `MachineList`, v1beta1 or
+/// v1beta2, or a single `Machine`) is read the same way, one row per
+/// Machine: see [`Machine`].
 pub fn parse_node_list(
     text: &str,
     default_port: u16,
@@ -334,18 +370,20 @@ pub fn parse_node_list(
     };
     let v: Value = serde_json::from_str(text).map_err(|e| {
         doc_err(format!(
-            "not JSON (expected `kubectl get nodes -o json`): {e}"
+            "not JSON (expected `kubectl get nodes -o json` or `kubectl get machines -o json`): {e}"
         ))
     })?;
     let kind = v.get("kind").and_then(Value::as_str).unwrap_or("");
-    let items: Vec<&Value> = match (kind, v.get("items")) {
-        ("Node", _) => vec![&v],
+    // Items without a kind take the list's; a plain `List` may hold either.
+    let (items, item_default): (Vec<&Value>, &str) = match (kind, v.get("items")) {
+        ("Node" | "Machine", _) => (vec![&v], kind),
         (_, Some(Value::Array(items))) if matches!(kind, "NodeList" | "List" | "") => {
-            items.iter().collect()
+            (items.iter().collect(), "Node")
         }
+        ("MachineList", Some(Value::Array(items))) => (items.iter().collect(), "Machine"),
         _ => {
             return Err(doc_err(format!(
-                "expected a NodeList (kubectl get nodes -o json), found kind {:?}",
+                "expected a NodeList (kubectl get nodes -o json) or a MachineList (kubectl get machines -o json), found kind {:?}",
                 quote(kind)
             )))
         }
@@ -353,37 +391,83 @@ pub fn parse_node_list(
     let mut out = Vec::with_capacity(items.len());
     for (i, item) in items.into_iter().enumerate() {
         let at = |m: String| doc_err(format!("item {}: {m}", i + 1));
-        let item_kind = item.get("kind").and_then(Value::as_str).unwrap_or("Node");
-        if item_kind != "Node" {
-            return Err(at(format!("kind {:?} is not Node", quote(item_kind))));
-        }
+        let item_kind = item
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or(item_default);
+        let is_machine = match item_kind {
+            "Node" => false,
+            "Machine" => true,
+            other => {
+                return Err(at(format!(
+                    "kind {:?} is not Node or Machine",
+                    quote(other)
+                )))
+            }
+        };
+        let (what, label) = if is_machine {
+            ("machine", "address")
+        } else {
+            ("node", "InternalIP")
+        };
         let name = item
             .pointer("/metadata/name")
             .and_then(Value::as_str)
             .ok_or_else(|| at("no metadata.name".into()))?;
         validate_node_name(name)
-            .map_err(|why| at(format!("node name {:?}: {why}", quote(name))))?;
+            .map_err(|why| at(format!("{what} name {:?}: {why}", quote(name))))?;
         let addresses = item
             .pointer("/status/addresses")
             .and_then(Value::as_array)
             .map(Vec::as_slice)
             .unwrap_or_default();
-        let internal = addresses.iter().find_map(|a| {
-            (a.get("type").and_then(Value::as_str) == Some("InternalIP"))
-                .then(|| a.get("address").and_then(Value::as_str))
-                .flatten()
-        });
-        let address = match internal {
+        let of_type = |t: &str| {
+            addresses.iter().find_map(|a| {
+                (a.get("type").and_then(Value::as_str) == Some(t))
+                    .then(|| a.get("address").and_then(Value::as_str))
+                    .flatten()
+            })
+        };
+        // A Machine's infrastructure may list only an ExternalIP.
+        let ip = match of_type("InternalIP") {
+            None if is_machine => of_type("ExternalIP"),
+            found => found,
+        };
+        let address = match ip {
             None => None,
             Some(ip) => Some(Address {
                 host: parse_internal_ip(ip)
-                    .map_err(|e| at(format!("node {name}: InternalIP {:?}: {e}", quote(ip))))?,
+                    .map_err(|e| at(format!("{what} {name}: {label} {:?}: {e}", quote(ip))))?,
                 port: default_port,
             }),
+        };
+        let machine = if is_machine {
+            let node_name = match item.pointer("/status/nodeRef/name").and_then(Value::as_str) {
+                None | Some("") => None,
+                Some(n) => {
+                    validate_node_name(n).map_err(|why| {
+                        at(format!(
+                            "machine {name}: nodeRef.name {:?}: {why}",
+                            quote(n)
+                        ))
+                    })?;
+                    Some(n.to_string())
+                }
+            };
+            let deleting = item
+                .pointer("/metadata/deletionTimestamp")
+                .is_some_and(|t| !t.is_null());
+            Some(Machine {
+                node_name,
+                deleting,
+            })
+        } else {
+            None
         };
         out.push(Node {
             name: name.to_string(),
             address,
+            machine,
         });
     }
     Ok(out)
@@ -417,7 +501,7 @@ fn validate_node_name(name: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// Parses what `--nodes-cmd` printed: NodeList JSON when it starts with
+/// Parses what `--nodes-cmd` printed: NodeList or MachineList JSON when it starts with
 /// `{`, else one entry per line like `--nodes-file`.
 pub fn parse_cmd_output(text: &str, default_port: u16) -> Result<Vec<Node>, NodesError> {
     if text.trim_start().starts_with('{') {

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use super::{
     pool::Change,
-    result::{node_reason, pool_converged, AskError, Counts, NodeResult},
+    result::{count_matches, node_reason, pool_converged, AskError, Counts, NodeResult},
 };
 use crate::{
     proto::v1::DesiredState,
@@ -35,14 +35,19 @@ fn converged_word(r: &NodeResult) -> &'static str {
         Ok(a) if a.verdict.converged => "yes",
         Ok(_) => "no",
         Err(AskError::NoAnswerYet) => "waiting",
+        Err(AskError::Pending) => "pending",
+        Err(AskError::Leaving) => "leaving",
         Err(_) => "unreachable",
     }
 }
 
 /// The table: one row per node, in the order given (see
-/// [`sort_results`](super::result::sort_results)).
+/// [`sort_results`](super::result::sort_results)). Rows from a MachineList
+/// are labelled by Machine, with the node name beside it once known.
 pub fn table(results: &[NodeResult]) -> String {
+    let machines = results.iter().any(|r| r.node.machine.is_some());
     let header = [
+        if machines { "MACHINE" } else { "NODE" },
         "NODE",
         "ADDRESS",
         "CONVERGED",
@@ -51,7 +56,7 @@ pub fn table(results: &[NodeResult]) -> String {
         "GVISOR",
         "FINDING",
     ];
-    let rows: Vec<[String; 7]> = results
+    let rows: Vec<[String; 8]> = results
         .iter()
         .map(|r| {
             let (limit, probe, gvisor) = match &r.outcome {
@@ -80,6 +85,7 @@ pub fn table(results: &[NodeResult]) -> String {
             }
             [
                 clean_line(&r.node.name),
+                clean_line(r.node.node_name().unwrap_or("-")),
                 r.node.address_display(),
                 converged_word(r).to_string(),
                 limit,
@@ -100,10 +106,15 @@ pub fn table(results: &[NodeResult]) -> String {
         }
     }
     let mut out = String::new();
+    // The node-name column only for Machines: a NodeList row is its node.
+    let skip = if machines { usize::MAX } else { 1 };
     let mut line = |cells: &[String]| {
         let last = cells.len().saturating_sub(1);
         let mut l = String::new();
         for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            if i == skip {
+                continue;
+            }
             if i == last {
                 l.push_str(cell);
             } else {
@@ -121,11 +132,14 @@ pub fn table(results: &[NodeResult]) -> String {
 }
 
 /// One line: "9/10 converged; node-3: user.max_user_namespaces is 0, expected 11255".
+/// Machines being deleted are left out of the count and named at the end.
 pub fn summary(results: &[NodeResult], expected: Option<usize>) -> String {
-    let total = results.len();
-    let converged = results.iter().filter(|r| r.converged()).count();
+    let (leaving, members): (Vec<&NodeResult>, Vec<&NodeResult>) =
+        results.iter().partition(|r| r.node.is_leaving());
+    let total = members.len();
+    let converged = members.iter().filter(|r| r.converged()).count();
     let mut s = format!("{converged}/{total} converged");
-    let off: Vec<&NodeResult> = results.iter().filter(|r| !r.converged()).collect();
+    let off: Vec<&NodeResult> = members.into_iter().filter(|r| !r.converged()).collect();
     for r in off.iter().take(SUMMARY_NODES) {
         let _ = write!(
             s,
@@ -137,12 +151,17 @@ pub fn summary(results: &[NodeResult], expected: Option<usize>) -> String {
     if off.len() > SUMMARY_NODES {
         let _ = write!(s, "; and {} more", off.len() - SUMMARY_NODES);
     }
+    let machines = results.iter().any(|r| r.node.machine.is_some());
     match expected {
-        Some(n) if total < n => {
+        Some(n) if !count_matches(total, expected, machines) => {
             let _ = write!(s, "; expected {n} nodes, {total} found");
         }
         _ if total == 0 => s.push_str("; no nodes"),
         _ => {}
+    }
+    if !leaving.is_empty() {
+        let names: Vec<String> = leaving.iter().map(|r| clean_line(&r.node.name)).collect();
+        let _ = write!(s, "; leaving: {}", names.join(", "));
     }
     s
 }
@@ -185,8 +204,9 @@ pub fn json_document(
     expected: Option<usize>,
     elapsed: Duration,
 ) -> Value {
-    let converged = results.iter().filter(|r| r.converged()).count();
-    let unreachable = results.iter().filter(|r| r.outcome.is_err()).count();
+    let members = || results.iter().filter(|r| !r.node.is_leaving());
+    let converged = members().filter(|r| r.converged()).count();
+    let unreachable = members().filter(|r| r.outcome.is_err()).count();
     let nodes: Vec<Value> = results
         .iter()
         .map(|r| {
@@ -201,6 +221,10 @@ pub fn json_document(
             json!({
                 "name": r.node.name,
                 "address": r.node.address.as_ref().map(ToString::to_string),
+                "machine": r.node.machine.as_ref().map(|m| json!({
+                    "nodeName": m.node_name,
+                    "deleting": m.deleting,
+                })),
                 "converged": r.converged(),
                 "reason": node_reason(&r.outcome),
                 "verdict": verdict,
@@ -214,7 +238,7 @@ pub fn json_document(
     json!({
         "converged": pool_converged(results, expected),
         "summary": summary(results, expected),
-        "nodesTotal": results.len(),
+        "nodesTotal": members().count(),
         "nodesConverged": converged,
         "nodesUnreachable": unreachable,
         "expectedNodes": expected,
@@ -482,6 +506,62 @@ mod tests {
         let t = table(std::slice::from_ref(&r));
         assert!(!t.contains('\x1b') && t.contains("evil?[2J line"), "{t}");
         assert!(!summary(std::slice::from_ref(&r), None).contains('\x1b'));
+    }
+
+    #[test]
+    fn machine_rows_leaving_pending_and_exact_counts() {
+        use crate::fleet::nodes::Machine;
+        let machine = |name: &str, node: Option<&str>, deleting: bool, limit: &str| {
+            let mut r = result(name, limit, Ok(()));
+            r.node.machine = Some(Machine {
+                node_name: node.map(String::from),
+                deleting,
+            });
+            r
+        };
+        let mut pending = machine("m-3", None, false, "");
+        pending.node.address = None;
+        pending.outcome = Err(AskError::Pending);
+        let mut leaving = machine("m-0", Some("w-0"), true, "0");
+        leaving.outcome = Err(AskError::Leaving);
+        let up = [
+            machine("m-1", Some("w-1"), false, "11255"),
+            machine("m-2", Some("w-2"), false, "11255"),
+        ];
+        let t = table(&[leaving.clone(), up[0].clone(), pending.clone()]);
+        let lines: Vec<Vec<&str>> = t.lines().map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(lines[0][..3], ["MACHINE", "NODE", "ADDRESS"], "{t}");
+        assert_eq!(
+            lines[1][..4],
+            ["m-0", "w-0", "127.0.0.1:50101", "leaving"],
+            "{t}"
+        );
+        assert_eq!(
+            lines[2][..4],
+            ["m-1", "w-1", "127.0.0.1:50101", "yes"],
+            "{t}"
+        );
+        assert_eq!(lines[3][..4], ["m-3", "-", "-", "pending"], "{t}");
+        // A Machine being deleted is not counted; a pending one is, unconverged.
+        let with_leaving = [leaving.clone(), up[0].clone(), up[1].clone()];
+        assert!(pool_converged(&with_leaving, Some(2)));
+        assert_eq!(
+            summary(&with_leaving, Some(2)),
+            "2/2 converged; leaving: m-0"
+        );
+        let with_pending = [up[0].clone(), up[1].clone(), pending];
+        assert!(!pool_converged(&with_pending, None));
+        // Machines: exactly the expected count (a surplus means a rollout is
+        // still under way); nodes: at least.
+        assert!(!pool_converged(&up, Some(1)));
+        assert_eq!(
+            summary(&up, Some(1)),
+            "2/2 converged; expected 1 nodes, 2 found"
+        );
+        let plain = [result("a", "11255", Ok(())), result("b", "11255", Ok(()))];
+        assert!(pool_converged(&plain, Some(1)));
+        assert!(!table(&plain).contains("MACHINE"));
+        assert!(!pool_converged(&[leaving], None), "no members");
     }
 
     #[test]

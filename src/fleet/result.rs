@@ -19,6 +19,10 @@ use crate::{
 pub enum AskError {
     #[error("no address: the node lists no InternalIP")]
     NoAddress,
+    #[error("pending: the Machine has no address yet")]
+    Pending,
+    #[error("leaving: the Machine is being deleted (not counted)")]
+    Leaving,
     #[error("plaintext to a non-loopback address refused: give --tls-ca, or --insecure-plaintext")]
     PlaintextRefused,
     #[error("plaintext refused: {0}; give --tls-ca, or --insecure-plaintext")]
@@ -58,6 +62,8 @@ impl AskError {
     pub fn kind(&self) -> &'static str {
         match self {
             AskError::NoAddress => "no_address",
+            AskError::Pending => "pending",
+            AskError::Leaving => "leaving",
             AskError::PlaintextRefused | AskError::NotLoopback(_) => "plaintext_refused",
             AskError::Refused => "refused",
             AskError::ConnectTimeout(_) => "connect_timeout",
@@ -81,7 +87,11 @@ impl AskError {
     pub fn is_permanent(&self) -> bool {
         matches!(
             self,
-            AskError::NoAddress | AskError::PlaintextRefused | AskError::NotLoopback(_)
+            AskError::NoAddress
+                | AskError::Pending
+                | AskError::Leaving
+                | AskError::PlaintextRefused
+                | AskError::NotLoopback(_)
         )
     }
 }
@@ -160,12 +170,25 @@ pub fn sort_results(results: &mut [NodeResult]) {
     });
 }
 
-/// True when the pool converged: at least one node, at least `expected`
-/// nodes, every one converged.
+/// True when the pool converged: at least one member (a Machine being
+/// deleted is not one), the expected count, every member converged.
 pub fn pool_converged(results: &[NodeResult], expected: Option<usize>) -> bool {
-    !results.is_empty()
-        && results.len() >= expected.unwrap_or(0)
-        && results.iter().all(NodeResult::converged)
+    let members: Vec<&NodeResult> = results.iter().filter(|r| !r.node.is_leaving()).collect();
+    let machines = members.iter().any(|r| r.node.machine.is_some());
+    !members.is_empty()
+        && count_matches(members.len(), expected, machines)
+        && members.iter().all(|r| r.converged())
+}
+
+/// Whether `members` nodes satisfy `--expect-nodes`: at least that many
+/// nodes, and for Machines exactly that many, since during a rollout a
+/// surplus Machine means old ones are still to be replaced.
+pub fn count_matches(members: usize, expected: Option<usize>, machines: bool) -> bool {
+    match expected {
+        None => true,
+        Some(n) if machines => members == n,
+        Some(n) => members >= n,
+    }
 }
 
 /// Counts for the progress line.

@@ -23,8 +23,17 @@ pub fn read_capped(path: &Path, what: &str) -> Result<String, String> {
         .map_err(|e| format!("{what} {}: {}", path.display(), e.reason()))
 }
 
-/// Runs `sh -c CMD` and parses its standard output as nodes (NodeList JSON
-/// or one entry per line). Errors are one line: the exit status and the
+/// Reads and parses `--kube-nodes FILE|-` (a NodeList or a MachineList).
+/// `check --wait` calls it again every round, so a file rewritten during a
+/// rollout is followed.
+pub fn read_kube_nodes(path: &Path, port: u16) -> Result<Vec<Node>, String> {
+    let text = read_capped(path, "--kube-nodes")?;
+    let origin = format!("--kube-nodes {}", path.display());
+    nodes::parse_node_list(&text, port, &origin).map_err(|e| e.to_string())
+}
+
+/// Runs `sh -c CMD` and parses its standard output as nodes (NodeList or
+/// MachineList JSON, or one entry per line). Errors are one line: the exit status and the
 /// first line of stderr, a timeout, or the parse error.
 pub async fn run_nodes_cmd(cmd: &str, port: u16, limit: Duration) -> Result<Vec<Node>, String> {
     let mut sh = Command::new("sh");

@@ -111,8 +111,13 @@ impl PoolWatch {
 
     /// A node is the same node while both its label and its address are:
     /// a machine replaced under the same IP with a new name is a new node.
+    /// A Machine's node name counts too: the watcher that started before
+    /// the node joined verified the agent against the Machine's name.
     fn key(node: &Node) -> String {
-        format!("{}@{}", node.name, node.key())
+        match node.node_name() {
+            Some(n) => format!("{}/{n}@{}", node.name, node.key()),
+            None => format!("{}@{}", node.name, node.key()),
+        }
     }
 
     /// Follows exactly `nodes` from now on: new ones get a watcher, ones no

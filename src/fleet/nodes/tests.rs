@@ -165,6 +165,128 @@ fn node_list_errors() {
     }
 }
 
+/// (name, node name, address, leaving, pending) of each row.
+fn machine_rows(text: &str) -> Vec<(String, String, String, bool, bool)> {
+    parse_node_list(text, 7, "m.json")
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n.name.clone(),
+                n.node_name().unwrap_or("-").to_string(),
+                addr(n),
+                n.is_leaving(),
+                n.is_pending(),
+            )
+        })
+        .collect()
+}
+
+const OLD: &str = "kubernetes-tenant-a-md0-6c9b8f7d5x";
+const NEW: &str = "kubernetes-tenant-a-md0-58f4d6c9b7";
+
+#[test]
+fn machine_lists_of_both_api_versions() {
+    let steady = machine_rows(include_str!(
+        "../../../tests/fixtures/capi/machines-v1beta1.json"
+    ));
+    assert_eq!(
+        steady,
+        [
+            (
+                format!("{OLD}-2kq8z"),
+                format!("{OLD}-2kq8z"),
+                "10.244.0.21:7".into(),
+                false,
+                false
+            ),
+            (
+                format!("{OLD}-x7wtm"),
+                format!("{OLD}-x7wtm"),
+                "10.244.1.34:7".into(),
+                false,
+                false
+            ),
+        ]
+    );
+    let mid_rollout = [
+        (
+            format!("{OLD}-2kq8z"),
+            format!("{OLD}-2kq8z"),
+            "10.244.0.21:7".into(),
+            true,
+            false,
+        ),
+        (
+            format!("{OLD}-x7wtm"),
+            format!("{OLD}-x7wtm"),
+            "10.244.1.34:7".into(),
+            false,
+            false,
+        ),
+        (
+            format!("{NEW}-p4lzn"),
+            format!("{NEW}-p4lzn"),
+            "10.244.2.17:7".into(),
+            false,
+            false,
+        ),
+        (format!("{NEW}-vd9rq"), "-".into(), "-".into(), false, true),
+    ];
+    for text in [
+        include_str!("../../../tests/fixtures/capi/machines-v1beta1-rollout.json"),
+        include_str!("../../../tests/fixtures/capi/machines-v1beta2-rollout.json"),
+    ] {
+        assert_eq!(machine_rows(text), mid_rollout);
+    }
+}
+
+#[test]
+fn machine_addresses_and_kinds() {
+    let one = |status: &str, extra: &str| {
+        format!(
+            r#"{{"kind":"MachineList","items":[{{"metadata":{{"name":"m-1"{extra}}},"status":{status}}}]}}"#
+        )
+    };
+    // InternalIP first wherever it is listed; an ExternalIP when it is the only IP.
+    let rows = machine_rows(&one(
+        r#"{"addresses":[{"type":"Hostname","address":"m-1"},{"type":"ExternalIP","address":"192.0.2.1"},{"type":"InternalIP","address":"fd00::1"}]}"#,
+        "",
+    ));
+    assert_eq!(rows[0].2, "[fd00::1]:7");
+    let rows = machine_rows(&one(
+        r#"{"addresses":[{"type":"ExternalIP","address":"192.0.2.1"}]}"#,
+        "",
+    ));
+    assert_eq!(rows[0].2, "192.0.2.1:7");
+    // Deleting without an address is leaving, not pending.
+    let rows = machine_rows(&one("{}", r#","deletionTimestamp":"2026-11-30T08:06:02Z""#));
+    assert_eq!((rows[0].3, rows[0].4), (true, false));
+    // A single Machine, as `kubectl get machine m-1 -o json` prints it.
+    let single = r#"{"apiVersion":"cluster.x-k8s.io/v1beta2","kind":"Machine","metadata":{"name":"m-1"},"status":{"nodeRef":{"name":"w-1"}}}"#;
+    assert_eq!(machine_rows(single)[0].1, "w-1");
+    let e = parse_node_list(&one(r#"{"nodeRef":{"name":"W\u001b"}}"#, ""), 7, "m.json")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("machine m-1: nodeRef.name"), "{e}");
+    let e = parse_node_list(
+        r#"{"kind":"MachineDeploymentList","items":[]}"#,
+        7,
+        "m.json",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("or a MachineList"), "{e}");
+    // NodeList rows carry no Machine.
+    let n = parse_node_list(
+        r#"{"kind":"NodeList","items":[{"metadata":{"name":"w"}}]}"#,
+        7,
+        "n",
+    )
+    .unwrap();
+    assert!(n[0].machine.is_none() && !n[0].is_pending());
+}
+
 #[test]
 fn loopback_detection() {
     let lo = |s: &str| parse_entry(s, 1).unwrap().address.unwrap().is_loopback();
