@@ -6,6 +6,7 @@
 use thiserror::Error;
 
 use crate::{
+    proto::v1::CriRuntime,
     proto::v1::{
         DesiredState, Finding, Gvisor, GvisorReadiness, Probe, ProbeOutcome, Report,
         SysctlExpectation, SysctlState, Verdict,
@@ -382,21 +383,38 @@ fn probe_finding(
     })
 }
 
+/// The live CRI, when it answered.
+fn live_cri(gvisor: Option<&Gvisor>) -> Option<&CriRuntime> {
+    gvisor.and_then(|g| g.cri.as_ref()).filter(|c| c.reachable)
+}
+
+/// `CRI_UNREACHABLE` about `subject`; `what` completes "cannot ask the CRI
+/// runtime …".
+fn cri_unreachable(gvisor: Option<&Gvisor>, subject: &str, expected: &str, what: &str) -> Finding {
+    let why = gvisor
+        .and_then(|g| g.cri.as_ref())
+        .map(|c| c.error.as_str())
+        .filter(|e| !e.is_empty())
+        .unwrap_or("not observed");
+    finding(
+        FindingCode::CriUnreachable,
+        subject,
+        expected,
+        "CRI unreachable",
+        format!("cannot ask the CRI runtime {what}: {why}"),
+    )
+}
+
 /// A required runtime handler: the live CRI must report it, and its shim
 /// (when observed) must be executable.
 fn handler_finding(gvisor: Option<&Gvisor>, name: &str) -> Option<Finding> {
-    let cri = gvisor.and_then(|g| g.cri.as_ref());
-    let Some(cri) = cri.filter(|c| c.reachable) else {
-        let why = cri
-            .map(|c| c.error.as_str())
-            .filter(|e| !e.is_empty())
-            .unwrap_or("not observed");
-        return Some(finding(
-            FindingCode::CriUnreachable,
+    let Some(cri) = live_cri(gvisor) else {
+        let what = format!("about handler {name}");
+        return Some(cri_unreachable(
+            gvisor,
             name,
             "handler reported by the CRI",
-            "CRI unreachable",
-            format!("cannot ask the CRI runtime about handler {name}: {why}"),
+            &what,
         ));
     };
     let Some(handler) = cri.handlers.iter().find(|h| h.name == name) else {
@@ -458,21 +476,9 @@ fn cri_handler_name(name: &str) -> &str {
 /// and takes absent features (or no `runtime_handlers`, containerd 1.x) as
 /// "not supported".
 fn pod_userns_finding(gvisor: Option<&Gvisor>, name: &str) -> Option<Finding> {
-    let cri = gvisor.and_then(|g| g.cri.as_ref());
-    let Some(cri) = cri.filter(|c| c.reachable) else {
-        let why = cri
-            .map(|c| c.error.as_str())
-            .filter(|e| !e.is_empty())
-            .unwrap_or("not observed");
-        return Some(finding(
-            FindingCode::CriUnreachable,
-            name,
-            "user_namespaces true",
-            "CRI unreachable",
-            format!(
-                "cannot ask the CRI runtime whether handler {name} supports user namespaces: {why}"
-            ),
-        ));
+    let Some(cri) = live_cri(gvisor) else {
+        let what = format!("whether handler {name} supports user namespaces");
+        return Some(cri_unreachable(gvisor, name, "user_namespaces true", &what));
     };
     let unsupported = |actual: &str, why: String| {
         Some(finding(
