@@ -6,9 +6,8 @@
 use thiserror::Error;
 
 use crate::{
-    proto::v1::CriRuntime,
     proto::v1::{
-        DesiredState, Finding, Gvisor, GvisorReadiness, Probe, ProbeOutcome, Report,
+        CriRuntime, DesiredState, Finding, Gvisor, GvisorReadiness, Probe, ProbeOutcome, Report,
         SysctlExpectation, SysctlState, Verdict,
     },
     report::{find_sysctl, outcome_word},
