@@ -477,6 +477,15 @@ async fn hung_cri_and_hanging_runsc_do_not_slow_cached_reads_or_leak() {
     }
     let took = t.elapsed();
     common::wait_until_async(Duration::from_secs(5), "the hanging runsc killed", reaped).await;
+    // Observations read host files on the runtime's blocking pool, whose
+    // idle threads exit after the agent's keep-alive (1 s): a leak is a
+    // count that does not come back, not one caught mid-observation.
+    common::wait_until_async(
+        Duration::from_secs(10),
+        "the blocking pool back to its idle size",
+        || async { threads(pid) <= threads0 + 1 },
+    )
+    .await;
     let (fds1, threads1) = (fds(pid), threads(pid));
     let left = processes_with(&nonce, pid);
     let left_scripts = processes_with(runsc.to_str().expect("utf-8"), pid);
@@ -507,7 +516,6 @@ async fn hung_cri_and_hanging_runsc_do_not_slow_cached_reads_or_leak() {
         "runsc scripts left behind: {left_scripts:?}"
     );
     assert!(fds1 <= fds0, "fds grew: {fds0} → {fds1}");
-    // The runtime's blocking pool may hold an idle thread for a while.
     assert!(
         threads1 <= threads0 + 1,
         "threads grew: {threads0} → {threads1}"

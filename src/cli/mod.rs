@@ -171,8 +171,13 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Outcome>,
 {
+    // Host reads run on the blocking pool (off the one runtime thread): a
+    // bounded pool, so reads stuck on a hung mount cannot pile up threads
+    // without end, and idle threads gone after a second.
     match tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .max_blocking_threads(16)
+        .thread_keep_alive(std::time::Duration::from_secs(1))
         .build()
     {
         Ok(rt) => {
