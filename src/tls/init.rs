@@ -741,16 +741,25 @@ fn service_config(cert_pem: &str, key_pem: &str, ca_pem: &str) -> String {
     s
 }
 
-/// What `tls init --san` prints: the files written, none of their contents.
-pub fn render_summary(out: &InitOutput) -> String {
-    let until = |t: SystemTime| humantime::format_rfc3339_seconds(t).to_string();
+fn until(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+/// The first lines of both summaries: where the files went, and the CA.
+fn summary_head(dir: &Path, ca_not_after: SystemTime) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "wrote (all 0600) in {}:", out.dir.display());
+    let _ = writeln!(s, "wrote (all 0600) in {}:", dir.display());
     let _ = writeln!(
         s,
         "  {CA_CERT_FILE}, {CA_KEY_FILE}: the CA (until {}); keep {CA_KEY_FILE} offline",
-        until(out.ca_not_after)
+        until(ca_not_after)
     );
+    s
+}
+
+/// What `tls init --san` prints: the files written, none of their contents.
+pub fn render_summary(out: &InitOutput) -> String {
+    let mut s = summary_head(&out.dir, out.ca_not_after);
     let _ = writeln!(
         s,
         "  {SERVER_CERT_FILE}, {SERVER_KEY_FILE}: ONE server certificate for every node ({}; until {})",
@@ -780,14 +789,7 @@ pub fn render_summary(out: &InitOutput) -> String {
 
 /// What `tls init --node` prints: the files written, none of their contents.
 pub fn render_nodes_summary(out: &NodesInitOutput) -> String {
-    let until = |t: SystemTime| humantime::format_rfc3339_seconds(t).to_string();
-    let mut s = String::new();
-    let _ = writeln!(s, "wrote (all 0600) in {}:", out.dir.display());
-    let _ = writeln!(
-        s,
-        "  {CA_CERT_FILE}, {CA_KEY_FILE}: the CA (until {}); keep {CA_KEY_FILE} offline",
-        until(out.ca_not_after)
-    );
+    let mut s = summary_head(&out.dir, out.ca_not_after);
     let _ = writeln!(
         s,
         "  {CLIENT_CERT_FILE}, {CLIENT_KEY_FILE}: the controller's client certificate (until {})",
