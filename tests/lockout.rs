@@ -82,21 +82,29 @@ fn check_tls(
     doc["nodes"][0].clone()
 }
 
+/// The IPv4 TCP sockets of this network namespace, one row of
+/// `/proc/net/tcp` each, split into its fields (local, remote, state,
+/// tx_queue:rx_queue, …; the slot number dropped).
+fn tcp_table() -> Vec<Vec<String>> {
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().skip(1).map(String::from).collect())
+        .collect()
+}
+
 /// Silent connections accepted by the kernel but not yet by the agent, on
 /// the listening socket at `addr` (the accept queue, from /proc/net/tcp).
 fn accept_queue(addr: SocketAddr) -> usize {
     let want = format!("0100007F:{:04X}", addr.port());
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            // local, remote, state (0A = LISTEN), tx_queue:rx_queue
-            (f.get(1) == Some(&want.as_str()) && f.get(3) == Some(&"0A")).then(|| {
-                let rx = f[4].split(':').nth(1).unwrap();
-                usize::from_str_radix(rx, 16).unwrap()
-            })
+    tcp_table()
+        .iter()
+        // local, remote, state (0A = LISTEN), tx_queue:rx_queue
+        .filter(|f| f[0] == want && f[2] == "0A")
+        .map(|f| {
+            let rx = f[3].split(':').nth(1).unwrap();
+            usize::from_str_radix(rx, 16).unwrap()
         })
         .sum()
 }
@@ -196,16 +204,13 @@ async fn a_request_over_64_kib_to_health_is_refused() {
 /// their local ports.
 fn client_ports(port: u16) -> HashSet<u16> {
     let want = format!("0100007F:{port:04X}");
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.get(2) == Some(&want.as_str()) && f.get(3) == Some(&"01")).then(|| {
-                let local = f[1].split(':').nth(1).unwrap();
-                u16::from_str_radix(local, 16).unwrap()
-            })
+    tcp_table()
+        .iter()
+        // remote is the agent, state 01 = ESTABLISHED
+        .filter(|f| f[1] == want && f[2] == "01")
+        .map(|f| {
+            let local = f[0].split(':').nth(1).unwrap();
+            u16::from_str_radix(local, 16).unwrap()
         })
         .collect()
 }
