@@ -11,6 +11,7 @@ const CRI: &str = "proto/runtime/v1/api.proto";
 
 fn main() -> Result<(), Box<dyn Error>> {
     println!("cargo:rerun-if-changed=proto");
+    link_without_unwind_tables()?;
     let out = PathBuf::from(env::var("OUT_DIR")?);
 
     // The API alone (with its imports) feeds server reflection, so grpcurl
@@ -44,5 +45,21 @@ fn main() -> Result<(), Box<dyn Error>> {
         // "initialUserNamespace": false is clearer than one that omits it.
         .emit_fields()
         .build(&[".sandbox_readiness"])?;
+    Ok(())
+}
+
+/// The shipped x86_64 musl release binary leaves out its unwind tables
+/// (`link/discard-eh-frame.ld` says why): here rather than in RUSTFLAGS, so
+/// the local build, the extension recipe (pkg.yaml) and a plain
+/// `cargo build --release --target x86_64-unknown-linux-musl` link the same
+/// binary. Debug builds unwind on panic and keep them.
+fn link_without_unwind_tables() -> Result<(), Box<dyn Error>> {
+    println!("cargo:rerun-if-changed=link");
+    if env::var("TARGET")? != "x86_64-unknown-linux-musl" || env::var("PROFILE")? != "release" {
+        return Ok(());
+    }
+    let script = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?).join("link/discard-eh-frame.ld");
+    println!("cargo:rustc-link-arg-bins=-Wl,--no-eh-frame-hdr");
+    println!("cargo:rustc-link-arg-bins=-Wl,-T,{}", script.display());
     Ok(())
 }
