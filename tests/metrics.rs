@@ -565,7 +565,13 @@ fn metrics_client_names_keep_scrape_and_grpc_certificates_apart() {
     assert!(!out.contains("sandbox_readiness_"), "{out}");
     agent
         .log()
-        .wait_line("--metrics-client-name", Duration::from_secs(5));
+        .wait_for(Duration::from_secs(5), |lines| {
+            lines
+                .iter()
+                .find(|l| l.contains("TLS client refused") && l.contains("--metrics-client-name"))
+                .cloned()
+        })
+        .unwrap();
 
     assert!(grpc_served(agent.addr, d, "controller"));
     assert!(
@@ -586,6 +592,17 @@ fn non_loopback_metrics_without_tls_is_refused_at_startup() {
         (
             vec!["--metrics-listen", "[::1]:0", "--metrics-listen", "x"],
             "--metrics-listen",
+        ),
+        (
+            vec![
+                "--metrics-listen",
+                "0.0.0.0:0",
+                "--tls-cert",
+                "/nonexistent/c.pem",
+                "--tls-key",
+                "/nonexistent/k.pem",
+            ],
+            "refusing TLS metrics without client certificates on 0.0.0.0:0",
         ),
         (
             vec![
