@@ -393,9 +393,12 @@ fn prometheus_scrapes_over_mtls_with_tls_init_material() {
         path(&tls, "server-key.pem"),
         path(&tls, "ca.pem"),
     );
-    let (_agent, addr) = metrics_agent(
+    let poll = format!("{}ms", POLL_INTERVAL.as_millis());
+    let (agent, addr) = metrics_agent(
         Some(11255),
         &[
+            "--poll-interval",
+            &poll,
             "--tls-cert",
             &cert,
             "--tls-key",
@@ -426,6 +429,11 @@ fn prometheus_scrapes_over_mtls_with_tls_init_material() {
     let within = Duration::from_secs(30);
     prom.wait_for("sandbox_readiness_converged", "1", within);
     prom.wait_for(&limit, "11255", within);
+
+    agent.set_limit(0);
+    let took = prom.wait_for("sandbox_readiness_converged", "0", flip_deadline());
+    eprintln!("over mTLS, converged 1 -> 0 seen by Prometheus after {took:?}");
+    assert_eq!(prom.query(&limit).as_deref(), Some("0"));
 }
 
 /// A CA and certificates signed by it.
