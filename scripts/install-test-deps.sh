@@ -9,6 +9,7 @@
 # and cpio (Talos's kernel lines booted under QEMU TCG with a busybox
 # initramfs), patchelf (sid's runc 1.3 repointed at sid's libc, see
 # scripts/test-env/fetch-debian.sh),
+# curl (the metrics port over mTLS, tests/metrics.rs),
 # the Rust musl targets, and grpcurl (reflection test).
 set -euo pipefail
 
@@ -16,7 +17,7 @@ need_apt=()
 for pair in containerd:containerd runsc:runsc umoci:umoci skopeo:skopeo \
             qemu-aarch64-static:qemu-user-static h2load:nghttp2-client clang:clang \
             nsenter:util-linux unshare:util-linux mount:mount readelf:binutils llvm-strip:llvm /usr/bin/time:time \
-            jq:jq qemu-system-x86_64:qemu-system-x86 patchelf:patchelf cpio:cpio flock:util-linux; do
+            curl:curl jq:jq qemu-system-x86_64:qemu-system-x86 patchelf:patchelf cpio:cpio flock:util-linux; do
   bin=${pair%%:*} pkg=${pair#*:}
   command -v "$bin" >/dev/null 2>&1 || need_apt+=("$pkg")
 done

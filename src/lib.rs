@@ -5,7 +5,8 @@
 //! Data flows one way: [`observe`] (raw facts, through [`hostio`]) →
 //! [`report`] (one [`report::derive()`] step computes every derived field) →
 //! [`evaluate`] → [`agent`] (serve) / [`probe`] and [`output`] (print) /
-//! [`fleet`] (ask many agents). [`sysctl_name`] is the pure naming rule both
+//! [`fleet`] (ask many agents); [`metrics`] renders a published report for
+//! Prometheus. [`sysctl_name`] is the pure naming rule both
 //! observation and evaluation use; [`text`] cleans what reaches a terminal.
 //! [`init`] is PID 1's duty (fork, reap, forward signals) when the binary
 //! starts as PID 1. The library never parses flags, picks an exit code or exits the process:
@@ -17,6 +18,7 @@ pub mod fleet;
 pub mod host;
 pub mod hostio;
 pub mod init;
+pub mod metrics;
 pub mod observe;
 pub mod output;
 pub mod probe;

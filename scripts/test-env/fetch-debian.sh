@@ -16,6 +16,10 @@
 #                                            patchelf (a wrapper through ld.so
 #                                            breaks runc's re-exec of
 #                                            /proc/self/exe)
+#   prometheus-bookworm/usr/bin/{prometheus,promtool}
+#                                            Prometheus 2.42 and its linter, for
+#                                            tests/metrics.rs (extracted, so no
+#                                            system service is installed or run)
 #
 # Idempotent: a .deb is kept under its exact archive file name and never
 # fetched twice; each extracted directory records the .deb it came from and
@@ -217,9 +221,21 @@ runc_sid() {
 	"$dir/runc" --version | head -n1 | sed "s|^|fetch-debian: |; s|\$| in $dir|"
 }
 
+prometheus_bookworm() {
+	local deb dir=$cache/prometheus-bookworm
+	deb=$(fetch prometheus bookworm)
+	stamp_ok "$dir" "$deb" && return
+	rm -rf "$dir" "$dir.new"
+	dpkg-deb -x "$deb" "$dir.new"
+	printf '%s\n' "$deb" >"$dir.new/.from"
+	mv "$dir.new" "$dir"
+	echo "fetch-debian: $("$dir/usr/bin/prometheus" --version 2>&1 | head -n1) in $dir"
+}
+
 kernel bookworm
 kernel trixie
 kernel sid
 containerd_sid
 runc_sid
+prometheus_bookworm
 echo "fetch-debian: cache $cache ready"

@@ -1,8 +1,10 @@
 //! The agent (`serve`): keeps a fresh observation and serves it over gRPC,
-//! with health and reflection, on one or more listen addresses.
+//! with health and reflection, on one or more listen addresses, and
+//! optionally as Prometheus metrics on one more ([`metrics`]).
 
 pub mod cached;
 pub mod listen;
+pub mod metrics;
 mod owner;
 pub mod service;
 mod source;
@@ -68,6 +70,12 @@ pub struct ServeConfig {
     /// With a client CA: accept only client certificates with one of these
     /// as a DNS or URI subject alternative name (empty: any from the CA).
     pub client_names: Vec<String>,
+    /// Serve Prometheus metrics here too (same transport policy as
+    /// `listen`); `None`: no metrics port.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Like `client_names`, for the metrics port (empty: any certificate
+    /// from the client CA, as on the gRPC port without `client_names`).
+    pub metrics_client_names: Vec<String>,
     /// Where and how to observe; the desired state's sysctls are added to
     /// `extra_sysctls`.
     pub observe: ObserveConfig,
@@ -116,6 +124,14 @@ pub enum ServeError {
         "--client-name needs --client-ca: without client certificates there are no names to check"
     )]
     ClientNameWithoutCa,
+    #[error("refusing plaintext metrics on {0}: outside loopback the metrics port needs mTLS (--tls-cert, --tls-key, --client-ca) or --insecure-plaintext")]
+    MetricsPlaintextOutsideLoopback(SocketAddr),
+    #[error("refusing TLS metrics without client certificates on {0}: give --client-ca, or --insecure-plaintext to allow it")]
+    MetricsNoClientCa(SocketAddr),
+    #[error("--metrics-client-name needs --client-ca: without client certificates there are no names to check")]
+    MetricsClientNameWithoutCa,
+    #[error("--metrics-client-name needs --metrics-listen")]
+    MetricsClientNameWithoutListen,
     #[error("server failed: {0}")]
     Server(#[from] tonic::transport::Error),
 }
@@ -126,6 +142,14 @@ pub fn check_security(cfg: &ServeConfig) -> Result<(), ServeError> {
     if !cfg.client_names.is_empty() && !has_ca {
         return Err(ServeError::ClientNameWithoutCa);
     }
+    if !cfg.metrics_client_names.is_empty() {
+        if !has_ca {
+            return Err(ServeError::MetricsClientNameWithoutCa);
+        }
+        if cfg.metrics_listen.is_none() {
+            return Err(ServeError::MetricsClientNameWithoutListen);
+        }
+    }
     for addr in &cfg.listen {
         if addr.ip().is_loopback() || cfg.insecure_plaintext {
             continue;
@@ -134,6 +158,17 @@ pub fn check_security(cfg: &ServeConfig) -> Result<(), ServeError> {
             None => return Err(ServeError::PlaintextOutsideLoopback(*addr)),
             Some(t) if t.client_ca.is_none() => return Err(ServeError::NoClientCa(*addr)),
             Some(_) => {}
+        }
+    }
+    if let Some(addr) = cfg.metrics_listen {
+        if !addr.ip().is_loopback() && !cfg.insecure_plaintext {
+            match &cfg.tls {
+                None => return Err(ServeError::MetricsPlaintextOutsideLoopback(addr)),
+                Some(t) if t.client_ca.is_none() => {
+                    return Err(ServeError::MetricsNoClientCa(addr))
+                }
+                Some(_) => {}
+            }
         }
     }
     Ok(())
@@ -184,6 +219,13 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
         )?),
         None => None,
     };
+    let metrics_tls = match (&conf.tls, conf.metrics_listen) {
+        (Some(paths), Some(_)) => Some(ServerTls::load_for_scrapers(
+            paths.clone(),
+            conf.metrics_client_names.clone(),
+        )?),
+        _ => None,
+    };
     let mut listeners = Vec::new();
     for addr in &conf.listen {
         let l = bind_or_fall_back(*addr)?;
@@ -193,6 +235,19 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
         }
         listeners.push(l);
     }
+    let metrics_listener = match conf.metrics_listen {
+        Some(addr) => {
+            let l = bind_or_fall_back(addr)?;
+            match l.local_addr() {
+                Ok(bound) => info!(addr = %bound, "metrics listening"),
+                Err(e) => {
+                    warn!(addr = %addr, "metrics listening, but the bound address is unknown: {e}")
+                }
+            }
+            Some(l)
+        }
+        None => None,
+    };
     let mut cfg = conf.observe.clone();
     cfg.extra_sysctls
         .extend(desired.sysctls.iter().map(|s| s.name.clone()));
@@ -201,6 +256,8 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
         tls = tls.is_some(),
         client_ca = conf.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
         client_names = ?conf.client_names,
+        metrics_listen = ?conf.metrics_listen,
+        metrics_client_names = ?conf.metrics_client_names,
         max_connection_age = %humantime::format_duration(conf.max_connection_age),
         poll_interval = %humantime::format_duration(conf.poll_interval),
         probe_interval = %humantime::format_duration(conf.probe_interval),
@@ -211,7 +268,10 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
         version = crate::observe::node::AGENT_VERSION,
         "starting"
     );
-    if conf.insecure_plaintext && conf.listen.iter().any(|a| !a.ip().is_loopback()) {
+    let outside = |a: &SocketAddr| !a.ip().is_loopback();
+    if conf.insecure_plaintext
+        && (conf.listen.iter().any(outside) || conf.metrics_listen.iter().any(outside))
+    {
         warn!("--insecure-plaintext: serving without mTLS outside loopback; anyone who reaches the port can read this node's report");
     }
 
@@ -225,11 +285,27 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
     let (state, _owner) = state::start(cfg, timing, shutdown_rx.clone()).await;
     let svc = service::Service::new(
         state.clone(),
-        desired,
+        desired.clone(),
         limits.max_watchers,
         conf.heartbeat,
         shutdown_rx.clone(),
     );
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    // Ends with the runtime; the reloader with this handle.
+    let _metrics_reloader = match &metrics_tls {
+        Some(t) => Some(t.spawn_reloader(ReloadOptions::default())?),
+        None => None,
+    };
+    if let Some(l) = metrics_listener {
+        let scrape = metrics::Scrape {
+            state: state.clone(),
+            service: svc.clone(),
+            defaults: Arc::new(desired),
+            grpc_slots: slots.clone(),
+            grpc_max_connections: limits.max_connections,
+        };
+        tokio::spawn(metrics::serve(l, metrics_tls, scrape));
+    }
 
     // Every service decodes at most MAX_REQUEST_BYTES, not tonic's 4 MiB.
     let (health, health_svc) = tonic_health::server::health_reporter();
@@ -287,7 +363,6 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
             std::future::pending::<()>().await;
         }
     };
-    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let per_address = listen::PerAddress::new(limits.max_connections_per_address);
     let max_age = Some(listen::MaxAge {
         age: conf.max_connection_age,

@@ -25,6 +25,7 @@ use tracing::{info, warn};
 
 use crate::{
     agent::{source::Source, tracked::Tracked},
+    metrics::DurationHistogram,
     observe::{pb_timestamp, Scope},
     proto::v1::{Probe, ProbeOutcome, Report, Sysctl},
     report::{self, Generations},
@@ -62,6 +63,10 @@ pub(crate) enum Request {
 pub(crate) struct Counters {
     pub(crate) observations: AtomicU64,
     pub(crate) sandbox_probes: AtomicU64,
+    /// Refresh requests received (metrics only).
+    pub(crate) refreshes: AtomicU64,
+    /// How long each full observation took (metrics only).
+    pub(crate) observation_duration: DurationHistogram,
 }
 
 /// The owner's clock (tokio's, pausable in tests).
@@ -84,6 +89,9 @@ pub(crate) async fn start(
     let mut gens = Generations::default();
     let mut first = source.observe(Scope::default(), base.clone(), None).await;
     counters.observations.fetch_add(1, Ordering::Relaxed);
+    counters
+        .observation_duration
+        .observe(first_started.elapsed());
     let incomplete = report::keep_last_good(&Report::default(), &mut first);
     finish(&mut first, &started_at, &mut gens);
     stamp_counters(&mut first, &counters);
@@ -160,6 +168,7 @@ impl Owner {
                             let _ = reply.send(self.publish_tracked().await);
                         }
                         Some(Request::Refresh { sandbox, reply }) => {
+                            self.counters.refreshes.fetch_add(1, Ordering::Relaxed);
                             let sandbox = sandbox && !self.sandbox_recent();
                             let w = Waiter { sandbox, reply };
                             if let Some(report) = self.fresh_enough(sandbox) {
@@ -187,6 +196,7 @@ impl Owner {
                 }, if running.is_some() => {
                     running = None;
                     let started = running_since.take().map_or_else(now, |(t, _)| t);
+                    self.counters.observation_duration.observe(started.elapsed());
                     let (report, sandbox) = match done {
                         Ok(r) => r,
                         Err(e) => {

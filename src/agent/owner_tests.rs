@@ -309,3 +309,23 @@ async fn sandbox_probes_are_min_sandbox_apart_and_callers_between_get_the_last()
         probes.len() as u64
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_metrics_stats_count_refreshes_and_time_each_observation() {
+    let node = Scripted::new(Duration::from_millis(300));
+    let (state, _stop) = start(&node).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    state.fresh(false).await.unwrap();
+    state.fresh(false).await.unwrap();
+    let stats = state.stats();
+    assert_eq!(stats.refreshes, 2);
+    // The first observation and the one for both refreshes (the second
+    // was answered by it: it started less than min_refresh before).
+    assert_eq!(stats.observations, 2, "{:?}", node.starts());
+    let h = stats.observation_duration;
+    assert_eq!(h.count, 2);
+    // 300 ms each under paused time: in the 0.5 s bucket, not the 0.25 s one.
+    assert_eq!(h.buckets[5], (0.25, 0));
+    assert_eq!(h.buckets[6], (0.5, 2));
+    assert!((h.sum_seconds - 0.6).abs() < 0.01, "{}", h.sum_seconds);
+}

@@ -56,6 +56,12 @@ impl Service {
         }
     }
 
+    /// Watch streams open now.
+    pub fn watchers_open(&self) -> usize {
+        self.max_watchers
+            .saturating_sub(self.watchers.available_permits())
+    }
+
     /// The request's desired state, or the agent's defaults; validated.
     fn desired(&self, d: Option<DesiredState>) -> Result<DesiredState, Status> {
         let d = d

@@ -100,6 +100,19 @@ impl State {
         self.tracked.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The agent's own numbers for the metrics (watchers and connections
+    /// are the server's: zero here).
+    pub fn stats(&self) -> crate::metrics::AgentStats {
+        let c = &self.counters;
+        crate::metrics::AgentStats {
+            observations: c.observations.load(Ordering::Relaxed),
+            sandbox_probes: c.sandbox_probes.load(Ordering::Relaxed),
+            refreshes: c.refreshes.load(Ordering::Relaxed),
+            observation_duration: c.observation_duration.snapshot(),
+            ..Default::default()
+        }
+    }
+
     /// Fills the agent counters (not part of the fingerprint).
     pub fn with_counters(&self, report: Arc<Report>) -> Arc<Report> {
         let obs = self.counters.observations.load(Ordering::Relaxed);

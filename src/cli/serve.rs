@@ -46,6 +46,19 @@ pub struct ServeArgs {
         requires = "client_ca"
     )]
     pub client_names: Vec<String>,
+    /// Also serve Prometheus metrics (GET /metrics, HTTP/1.1) on this address; off by default. Same transport policy as --listen: plaintext only on loopback unless --insecure-plaintext, otherwise TLS with --tls-cert/--tls-key and client certificates from --client-ca.
+    #[arg(long, value_name = "ADDR", env = "SANDBOX_READINESS_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Accept only client certificates with this DNS or URI subject alternative name on the metrics port (repeatable; separate from --client-name, so a scrape certificate cannot call the gRPC API). Without it, as --client-name's absence on the gRPC port: any certificate from --client-ca.
+    #[arg(
+        long = "metrics-client-name",
+        value_name = "NAME",
+        env = "SANDBOX_READINESS_METRICS_CLIENT_NAME",
+        value_delimiter = ',',
+        requires = "client_ca",
+        requires = "metrics_listen"
+    )]
+    pub metrics_client_names: Vec<String>,
     /// Serve plaintext (or TLS without client certificates) outside loopback.
     #[arg(long, env = "SANDBOX_READINESS_INSECURE_PLAINTEXT")]
     pub insecure_plaintext: bool,
@@ -141,6 +154,8 @@ impl ServeArgs {
             keepalive_timeout: self.keepalive_timeout,
             max_connection_age: self.max_connection_age,
             client_names: self.client_names.clone(),
+            metrics_listen: self.metrics_listen,
+            metrics_client_names: self.metrics_client_names.clone(),
             observe: ObserveConfig {
                 expose_machine_id: self.expose_machine_id,
                 ..self.host.to_config()

@@ -473,8 +473,8 @@ fn cri_handler_name(name: &str) -> &str {
 /// Whether kubelet would accept `hostUsers: false` for this handler: it
 /// reads `features.user_namespaces` of the handler in `runtime_handlers`,
 /// and takes absent features (or no `runtime_handlers`, containerd 1.x) as
-/// "not supported".
-fn pod_userns_finding(gvisor: Option<&Gvisor>, name: &str) -> Option<Finding> {
+/// "not supported". `None`: supported (the metrics serve this per handler).
+pub fn pod_userns_finding(gvisor: Option<&Gvisor>, name: &str) -> Option<Finding> {
     let Some(cri) = live_cri(gvisor) else {
         let what = format!("whether handler {name} supports user namespaces");
         return Some(cri_unreachable(gvisor, name, "user_namespaces true", &what));

@@ -36,6 +36,9 @@ pub struct TlsPaths {
 /// a server that does not select it.
 const ALPN: &[&[u8]] = &[b"h2"];
 
+/// The metrics port speaks HTTP/1.1 only (Prometheus scrapes with it).
+const ALPN_HTTP1: &[&[u8]] = &[b"http/1.1"];
+
 /// A reloadable rustls server configuration. Cheap to clone (shared).
 ///
 /// Each new connection takes the configuration current at its accept, so a
@@ -50,6 +53,9 @@ struct Inner {
     /// With a client CA: the DNS or URI SANs of which a client certificate
     /// must carry one (empty: any certificate from the CA).
     client_names: Arc<[String]>,
+    /// The flag that gave `client_names`, for the refusal's log line.
+    names_flag: &'static str,
+    alpn: &'static [&'static [u8]],
     current: RwLock<Arc<ServerConfig>>,
     generation: AtomicU64,
     /// The files' identities as of the last load attempt (good or bad), so
@@ -81,13 +87,31 @@ impl ServerTls {
     /// not count); others are refused in the handshake with an
     /// `access_denied` alert. Empty: any certificate from the client CA.
     pub fn load_for_clients(paths: TlsPaths, client_names: Vec<String>) -> Result<Self, TlsError> {
+        Self::load_with(paths, client_names, "--client-name", ALPN)
+    }
+
+    /// The metrics port's configuration: [`ServerTls::load_for_clients`]
+    /// with the `--metrics-client-name` names, offering HTTP/1.1 instead
+    /// of HTTP/2.
+    pub fn load_for_scrapers(paths: TlsPaths, client_names: Vec<String>) -> Result<Self, TlsError> {
+        Self::load_with(paths, client_names, "--metrics-client-name", ALPN_HTTP1)
+    }
+
+    fn load_with(
+        paths: TlsPaths,
+        client_names: Vec<String>,
+        names_flag: &'static str,
+        alpn: &'static [&'static [u8]],
+    ) -> Result<Self, TlsError> {
         let client_names: Arc<[String]> = client_names.into();
         let stamps = Stamps::of(&paths);
-        let config = build_config(&paths, &client_names)?;
+        let config = build_config(&paths, &client_names, names_flag, alpn)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 paths,
                 client_names,
+                names_flag,
+                alpn,
                 current: RwLock::new(Arc::new(config)),
                 generation: AtomicU64::new(1),
                 seen: Mutex::new(stamps),
@@ -112,7 +136,12 @@ impl ServerTls {
             .seen
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = stamps;
-        let config = build_config(&self.inner.paths, &self.inner.client_names)?;
+        let config = build_config(
+            &self.inner.paths,
+            &self.inner.client_names,
+            self.inner.names_flag,
+            self.inner.alpn,
+        )?;
         *self
             .inner
             .current
@@ -288,7 +317,12 @@ async fn next_tick(ticker: &mut Option<tokio::time::Interval>) {
     }
 }
 
-fn build_config(paths: &TlsPaths, client_names: &Arc<[String]>) -> Result<ServerConfig, TlsError> {
+fn build_config(
+    paths: &TlsPaths,
+    client_names: &Arc<[String]>,
+    names_flag: &'static str,
+    alpn: &[&[u8]],
+) -> Result<ServerConfig, TlsError> {
     let provider = provider();
     let cert_pem = read_pem_file("TLS certificate", &paths.cert)?;
     let certs = parse_certs("TLS certificate", &paths.cert, &cert_pem)?;
@@ -322,6 +356,7 @@ fn build_config(paths: &TlsPaths, client_names: &Arc<[String]>) -> Result<Server
                 builder.with_client_cert_verifier(Arc::new(NamedClients {
                     inner: verifier,
                     names: Arc::clone(client_names),
+                    flag: names_flag,
                 }))
             }
         }
@@ -330,7 +365,7 @@ fn build_config(paths: &TlsPaths, client_names: &Arc<[String]>) -> Result<Server
     let mut config = builder
         .with_single_cert(certs, key)
         .map_err(|e| TlsError::Config(e.to_string()))?;
-    config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(config)
 }
 
@@ -340,6 +375,7 @@ fn build_config(paths: &TlsPaths, client_names: &Arc<[String]>) -> Result<Server
 struct NamedClients {
     inner: Arc<dyn ClientCertVerifier>,
     names: Arc<[String]>,
+    flag: &'static str,
 }
 
 impl NamedClients {
@@ -381,7 +417,8 @@ impl ClientCertVerifier for NamedClients {
         // this cannot become a flood.
         tracing::info!(
             allowed = ?self.names,
-            "TLS client refused: its certificate has none of the --client-name values as a DNS or URI name"
+            flag = self.flag,
+            "TLS client refused: its certificate has none of the allowed names as a DNS or URI name"
         );
         Err(tokio_rustls::rustls::Error::InvalidCertificate(
             CertificateError::ApplicationVerificationFailure,

@@ -193,9 +193,20 @@ impl Lines {
 }
 
 /// The address in an agent's `listening addr=<address>` log line (text log
-/// format, which the harness asks for).
+/// format, which the harness asks for); not the metrics port's
+/// (`metrics listening addr=…`, see [`metrics_addr`]).
 pub fn listening_addr(line: &str) -> Option<SocketAddr> {
-    if !line.contains("listening") {
+    if !line.contains("listening") || line.contains("metrics listening") {
+        return None;
+    }
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("addr="))
+        .and_then(|a| a.trim_matches('"').parse().ok())
+}
+
+/// The metrics port's address in an agent's `metrics listening addr=…` line.
+pub fn metrics_addr(line: &str) -> Option<SocketAddr> {
+    if !line.contains("metrics listening") {
         return None;
     }
     line.split_whitespace()
@@ -360,6 +371,15 @@ impl Agent {
         let mut spec = self.spec.clone();
         spec.listens = self.addrs.clone();
         spec
+    }
+
+    /// The metrics port (`--metrics-listen`), from the agent's log.
+    pub fn metrics_addr(&self) -> SocketAddr {
+        self.log
+            .wait_for(Duration::from_secs(10), |lines| {
+                lines.iter().find_map(|l| metrics_addr(l))
+            })
+            .unwrap_or_else(|e| panic!("no `metrics listening addr=…` line: {e}"))
     }
 
     /// Writes `user.max_user_namespaces` in the agent's user namespace.
