@@ -2,17 +2,18 @@
 //! own PID namespace, with 1,024 descriptors, under a seccomp filter, without
 //! a cgroup mount. Each test starts the real binary; the ones that need root
 //! (unshare, runsc) say so when they fail.
-//!
-//! Self-contained: its helpers are here, not in tests/common.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::{Agent, AgentSpec};
+
 use std::{
     fs,
-    io::{BufRead, BufReader},
     net::{SocketAddr, TcpStream},
     path::Path,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
@@ -153,99 +154,6 @@ fn poll<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     }
 }
 
-/// A started `serve` (possibly under a wrapper such as `unshare`), its JSON
-/// log lines arriving on a channel, and the address it reported listening
-/// on. Killed on drop.
-struct Agent {
-    child: Child,
-    addr: SocketAddr,
-    log: std::sync::mpsc::Receiver<String>,
-    /// JSON log lines read before "listening".
-    early: Vec<serde_json::Value>,
-}
-
-impl Agent {
-    /// Runs `wrapper… BIN --log-format json serve --listen 127.0.0.1:0
-    /// args…` and waits (at most 20 s) for its "listening" line.
-    fn start(wrapper: &[&str], args: &[&str]) -> Self {
-        let mut cmd = match wrapper.split_first() {
-            Some((first, rest)) => {
-                let mut c = Command::new(first);
-                c.args(rest).arg(BIN);
-                c
-            }
-            None => Command::new(BIN),
-        };
-        cmd.args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0"])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("start the agent");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, log) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let end = Instant::now() + Duration::from_secs(20);
-        let mut early = Vec::new();
-        let addr = loop {
-            let left = end.saturating_duration_since(Instant::now());
-            let line = log
-                .recv_timeout(left)
-                .expect("the agent logged no \"listening\" line within 20s");
-            let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
-                continue;
-            };
-            if v["fields"]["message"] == "listening" {
-                break v["fields"]["addr"].as_str().unwrap().parse().unwrap();
-            }
-            early.push(v);
-        };
-        Self {
-            child,
-            addr,
-            log,
-            early,
-        }
-    }
-
-    /// Waits (at most `limit`) for the log line whose message is `message`.
-    fn wait_for_log(&self, message: &str, limit: Duration) -> serde_json::Value {
-        if let Some(v) = self
-            .early
-            .iter()
-            .find(|v| v["fields"]["message"] == message)
-        {
-            return v.clone();
-        }
-        let end = Instant::now() + limit;
-        loop {
-            let left = end.saturating_duration_since(Instant::now());
-            let line = self
-                .log
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("no {message:?} log line within {limit:?}"));
-            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
-                if v["fields"]["message"] == message {
-                    return v;
-                }
-            }
-        }
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Started as PID 1 of a new PID namespace (as on a Talos node), the binary
 /// forks: PID 1 stays a reaper and the agent is its child. An orphan
 /// reparented to PID 1 is reaped once it exits, and SIGTERM to PID 1 ends
@@ -253,7 +161,12 @@ impl Drop for Agent {
 #[test]
 fn as_pid_1_it_reaps_orphans_and_forwards_sigterm() {
     assert!(is_root(), "needs root (unshare --pid, nsenter)");
-    let mut agent = Agent::start(&["unshare", "--pid", "--fork", "--mount-proc"], &[]);
+    let mut agent = Agent::spawn(AgentSpec::new(None, &[]).wrapped_in(&[
+        "unshare",
+        "--pid",
+        "--fork",
+        "--mount-proc",
+    ]));
     let unshare = agent.child.id();
     let pid1 = poll(Duration::from_secs(5), || {
         children(unshare).into_iter().map(|(p, _, _)| p).next()
@@ -402,22 +315,28 @@ fn a_connection_flood_at_nofile_1024_changes_no_fact_and_shuts_out_no_one() {
         raise_own_nofile() > 1400,
         "the test needs more than 1,400 descriptors"
     );
-    let agent = Agent::start(
-        &["prlimit", "--nofile=1024:1024", "--"],
-        &["--poll-interval", "200ms", "--probe-interval", "1s"],
+    let agent = Agent::spawn(
+        AgentSpec::new(
+            None,
+            &["--poll-interval", "200ms", "--probe-interval", "1s"],
+        )
+        .wrapped_in(&["prlimit", "--nofile=1024:1024", "--"]),
     );
-    let limits = agent.wait_for_log("connection limits", Duration::from_secs(5));
-    let f = &limits["fields"];
-    assert_eq!(f["open_files"], 1024, "{limits}");
-    assert_eq!(f["max_connections_configured"], 16384, "{limits}");
-    let max = f["max_connections"].as_u64().unwrap();
-    let handshakes = f["max_handshakes"].as_u64().unwrap();
-    let reserve = f["reserved_for_observation"].as_u64().unwrap();
+    let limits = agent
+        .log()
+        .wait_line("connection limits", Duration::from_secs(5));
+    let field = |key: &str| -> u64 {
+        common::log_field(&limits, key)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {key}= in {limits:?}"))
+    };
+    assert_eq!(field("open_files"), 1024, "{limits}");
+    assert_eq!(field("max_connections_configured"), 16384, "{limits}");
+    let max = field("max_connections");
+    let handshakes = field("max_handshakes");
+    let reserve = field("reserved_for_observation");
     assert!(max + handshakes + reserve <= 1024, "{limits}");
-    assert!(
-        f["max_connections_per_address"].as_u64().unwrap() * 4 < max,
-        "{limits}"
-    );
+    assert!(field("max_connections_per_address") * 4 < max, "{limits}");
 
     let before = check(agent.addr)["report"].clone();
     let observations = |r: &serde_json::Value| -> u64 {
@@ -430,7 +349,7 @@ fn a_connection_flood_at_nofile_1024_changes_no_fact_and_shuts_out_no_one() {
 
     // The agent keeps its per-address share of them and resets the rest
     // (a client whose connect had not completed sees the reset as failure).
-    let per_address = f["max_connections_per_address"].as_u64().unwrap();
+    let per_address = field("max_connections_per_address");
     let held = connect_many(std::net::Ipv4Addr::new(127, 0, 0, 2), agent.addr, 1200);
     assert!(
         held.len() as u64 >= per_address,

@@ -204,6 +204,13 @@ pub fn listening_addr(line: &str) -> Option<SocketAddr> {
         .and_then(|a| a.trim_matches('"').parse().ok())
 }
 
+/// The value of `key=` in a text-format log line, quotes removed.
+pub fn log_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+        .map(|v| v.trim_matches('"'))
+}
+
 /// The metrics port's address in an agent's `metrics listening addr=…` line.
 pub fn metrics_addr(line: &str) -> Option<SocketAddr> {
     if !line.contains("metrics listening") {
@@ -228,6 +235,9 @@ pub struct AgentSpec {
     /// A file bind-mounted over `/proc/sys/kernel/random/boot_id` in the
     /// agent's own mount namespace: a "replaced machine" (needs `limit`).
     pub boot_id_file: Option<PathBuf>,
+    /// A command the agent runs under, as on a node (`unshare --pid …`,
+    /// `prlimit --nofile=…`); only without `limit`.
+    pub wrapper: Vec<String>,
     pub extra: Vec<String>,
 }
 
@@ -238,8 +248,15 @@ impl AgentSpec {
             limit,
             listens: vec![SocketAddr::from(([127, 0, 0, 1], 0))],
             boot_id_file: None,
+            wrapper: Vec::new(),
             extra: extra.iter().map(ToString::to_string).collect(),
         }
+    }
+
+    /// Runs the agent as the last argument of `wrapper…`.
+    pub fn wrapped_in(mut self, wrapper: &[&str]) -> Self {
+        self.wrapper = wrapper.iter().map(ToString::to_string).collect();
+        self
     }
 
     /// An agent for the `check` tests: its own user namespace at `limit`,
@@ -306,9 +323,20 @@ impl Agent {
                 let bin = std::env::var_os("SR_AGENT_BIN")
                     .filter(|b| !b.is_empty())
                     .unwrap_or_else(|| BIN.into());
-                Command::new(bin)
+                match spec.wrapper.split_first() {
+                    Some((first, rest)) => {
+                        let mut c = Command::new(first);
+                        c.args(rest).arg(bin);
+                        c
+                    }
+                    None => Command::new(bin),
+                }
             }
         };
+        assert!(
+            spec.limit.is_none() || spec.wrapper.is_empty(),
+            "a wrapper runs the agent directly, without a limit"
+        );
         let mut child = cmd
             .args(&serve)
             .stdin(Stdio::null())
