@@ -83,11 +83,19 @@ pub fn report_table(r: &Report) -> String {
             n.os_version_id,
             or_dash(&n.kernel_release)
         );
+        // The raw id is served only with --expose-machine-id; the
+        // app-specific hash always identifies the machine across reboots.
+        let machine = if !n.machine_id.is_empty() {
+            n.machine_id.clone()
+        } else if !n.app_specific_machine_id.is_empty() {
+            format!("{} (app-specific)", n.app_specific_machine_id)
+        } else {
+            "-".to_string()
+        };
         let _ = writeln!(
             out,
-            "  boot id {}, machine id {}",
-            or_dash(&n.boot_id),
-            or_dash(&n.machine_id)
+            "  boot id {}, machine id {machine}",
+            or_dash(&n.boot_id)
         );
     }
     let agent = r.agent.as_ref();
@@ -324,4 +332,29 @@ pub fn verdict_table(v: &Verdict) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::report_table;
+    use crate::proto::v1::{NodeIdentity, Report};
+
+    fn header(machine_id: &str, app_specific: &str) -> String {
+        let r = Report {
+            node: Some(NodeIdentity {
+                machine_id: machine_id.into(),
+                app_specific_machine_id: app_specific.into(),
+                ..NodeIdentity::default()
+            }),
+            ..Report::default()
+        };
+        report_table(&r).lines().nth(1).unwrap_or_default().to_string()
+    }
+
+    #[test]
+    fn names_the_machine_by_its_app_specific_id_unless_the_raw_one_is_served() {
+        assert!(header("", "79c5").ends_with("machine id 79c5 (app-specific)"));
+        assert!(header("0a1b", "79c5").ends_with("machine id 0a1b"));
+        assert!(header("", "").ends_with("machine id -"));
+    }
 }
