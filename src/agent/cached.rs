@@ -273,6 +273,7 @@ mod tests {
                 sandbox_env: Default::default(),
             },
             expose_machine_id: false,
+            canary: Default::default(),
         };
         let (_stop, shutdown) = tokio::sync::watch::channel(false);
         let timing = Timing {
