@@ -16,6 +16,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use tonic::Code;
+
 use sandbox_readiness::{
     observe::canary::LABEL,
     proto::{
@@ -188,6 +190,23 @@ fn assert_nothing_left(ctd: &Containerd) {
     assert!(left.is_empty(), "canary sandboxes left behind: {left:?}");
 }
 
+fn require_canary(handler: &str) -> CheckRequest {
+    CheckRequest {
+        desired: Some(DesiredState {
+            require_canary: vec![handler.to_string()],
+            ..DesiredState::default()
+        }),
+        refresh: false,
+    }
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    let pid = libc::pid_t::try_from(pid).unwrap();
+    assert!(pid > 0);
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
 #[test]
 fn runc_canary_starts_and_removes_a_pod_sandbox() {
     let ctd = containerd2(true);
@@ -251,4 +270,144 @@ fn containerd_1_6_names_its_sandbox_image_in_status() {
         msg.contains(&format!("sandbox image {PAUSE} is not")),
         "{msg}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_runs_only_allowed_canaries_and_at_most_once_per_interval() {
+    let ctd = containerd2(true);
+    let agent = common::Agent::start(
+        None,
+        &["--cri-endpoint", &ctd.endpoint(), "--allow-canary", "runc"],
+    );
+    let mut client = ReadinessServiceClient::new(common::connect(&agent.url()).await);
+
+    let refused = client.check(require_canary("runsc")).await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert!(
+        refused.message().contains("--allow-canary runsc"),
+        "{}",
+        refused.message()
+    );
+
+    let first = client
+        .check(require_canary("runc"))
+        .await
+        .unwrap()
+        .into_inner();
+    let verdict = first.verdict.unwrap();
+    assert!(verdict.converged, "{verdict:?}");
+    let report = first.report.unwrap();
+    let c = report
+        .canaries
+        .iter()
+        .find(|c| c.handler == "runc")
+        .unwrap();
+    let result = c.result.as_ref().unwrap();
+    assert_eq!(result.outcome(), ProbeOutcome::Passed, "{c:?}");
+    assert_eq!(report.agent.as_ref().unwrap().canaries, 1);
+
+    // Within --canary-interval (10 min by default): the same run.
+    let second = client
+        .check(require_canary("runc"))
+        .await
+        .unwrap()
+        .into_inner();
+    let report2 = second.report.unwrap();
+    let c2 = report2
+        .canaries
+        .iter()
+        .find(|c| c.handler == "runc")
+        .unwrap();
+    assert_eq!(c2.result.as_ref().unwrap().ran_at, result.ran_at);
+    assert_eq!(report2.agent.as_ref().unwrap().canaries, 1);
+    // Nothing ran for runsc, and nothing is left.
+    assert!(report2.canaries.iter().all(|c| c.handler != "runsc"));
+    assert!(labelled_sandboxes(&ctd).await.unwrap().is_empty());
+}
+
+/// A runc that waits before `create` until the test lets it go: a
+/// RunPodSandbox that is certainly in flight when containerd is stopped.
+fn held_runc(dir: &Path) -> PathBuf {
+    let runc = common::on_path("runc").expect("runc");
+    let wrapper = dir.join("runc-held");
+    let script = format!(
+        "#!/bin/sh\ncase \" $* \" in *\" create \"*) : > {d}/waiting; while [ ! -e {d}/go ]; do sleep 0.05; done;; esac\nexec {runc} \"$@\"\n",
+        d = dir.display(),
+        runc = runc.display()
+    );
+    std::fs::write(&wrapper, script).unwrap();
+    let mut perm = std::fs::metadata(&wrapper).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&wrapper, perm).unwrap();
+    wrapper
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_cri_gives_a_finding_in_time_and_nothing_is_left_after() {
+    let hold = tempfile::tempdir().unwrap();
+    let ctd = Containerd::start(
+        Options::containerd2_with_runsc()
+            .pod_sandboxes(PAUSE)
+            .runc_binary(held_runc(hold.path())),
+    );
+    import_pause(&ctd);
+    let agent = common::Agent::start(
+        None,
+        &[
+            "--cri-endpoint",
+            &ctd.endpoint(),
+            "--allow-canary",
+            "runc",
+            "--canary-timeout",
+            "3s",
+        ],
+    );
+    let mut client = ReadinessServiceClient::new(common::connect(&agent.url()).await);
+    let asked = Instant::now();
+    let check = tokio::spawn(async move { client.check(require_canary("runc")).await });
+    // RunPodSandbox is in flight (runc create waits); now the CRI stops.
+    let waiting = hold.path().join("waiting");
+    common::wait_until_async(Duration::from_secs(10), "runc create to start", || {
+        let w = waiting.clone();
+        async move { w.exists() }
+    })
+    .await;
+    let pid = ctd.pid().unwrap();
+    signal(pid, libc::SIGSTOP);
+    std::fs::write(hold.path().join("go"), "").unwrap();
+
+    let answer = tokio::time::timeout(Duration::from_secs(10), check)
+        .await
+        .expect("the Check did not answer while the CRI was stopped")
+        .unwrap();
+    let elapsed = asked.elapsed();
+    signal(pid, libc::SIGCONT);
+    let resp = answer.unwrap().into_inner();
+    let verdict = resp.verdict.unwrap();
+    assert!(!verdict.converged);
+    let f = &verdict.findings[0];
+    assert_eq!(f.code, "CANARY_FAILED", "{verdict:?}");
+    assert!(
+        f.message.contains("did not finish within 3s"),
+        "{}",
+        f.message
+    );
+    assert!(elapsed < Duration::from_secs(8), "{elapsed:?}");
+
+    // The runtime finishes the late RunPodSandbox; the agent then removes
+    // that sandbox by itself.
+    common::wait_until(
+        Duration::from_secs(20),
+        "the late RunPodSandbox to return",
+        || ctd.log().contains("returns sandbox id"),
+    );
+    let mut left = Vec::new();
+    for _ in 0..100 {
+        left = labelled_sandboxes(&ctd).await.unwrap();
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(left.is_empty(), "left behind: {left:?}\n{}", ctd.log());
 }

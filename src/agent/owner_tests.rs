@@ -126,6 +126,9 @@ fn timing() -> Timing {
         probe: Duration::from_secs(30),
         min_refresh: Duration::from_secs(1),
         min_sandbox: Duration::from_secs(30),
+        canary_interval: Duration::from_secs(600),
+        canary_schedule: Vec::new(),
+        canary_sweep: false,
     }
 }
 

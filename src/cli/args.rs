@@ -44,7 +44,7 @@ fn parse_sysctl(s: &str) -> Result<SysctlExpectation, DesiredError> {
     evaluate::parse_sysctl_flag(s)
 }
 
-fn parse_handler(s: &str) -> Result<String, DesiredError> {
+pub fn parse_handler(s: &str) -> Result<String, DesiredError> {
     evaluate::validate_handler_name(s).map(|()| s.to_string())
 }
 

@@ -402,7 +402,7 @@ async fn exchange(
         })
         .await;
     match removed {
-        Err(s) if s.code() == Code::NotFound => return vanished(&handler, "it was removed"),
+        Err(s) if s.code() == Code::NotFound => vanished(&handler, "it was removed"),
         Err(s) => {
             let mut e = failure
                 .take()
