@@ -411,3 +411,99 @@ async fn a_stopped_cri_gives_a_finding_in_time_and_nothing_is_left_after() {
     }
     assert!(left.is_empty(), "left behind: {left:?}\n{}", ctd.log());
 }
+
+/// Flags that make `runsc do` unable to run where the agent runs (an empty
+/// self root: no cgroup filesystem, no `true`), as inside the extension
+/// container, with the runtime's directory as the host tree (its gVisor
+/// drop-in registers runsc with runtime type io.containerd.runsc.v1).
+fn runsc_cannot_run_here(ctd: &Containerd, self_root: &Path) -> Vec<String> {
+    [
+        "--host-root",
+        ctd.dir().to_str().unwrap(),
+        "--cri-endpoint",
+        &ctd.endpoint(),
+        "--runsc-path",
+        "/usr/bin/runsc",
+        "--self-root-for-tests",
+        self_root.to_str().unwrap(),
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+#[test]
+fn probe_lets_the_gvisor_canary_stand_in_for_the_sandbox_probe() {
+    let ctd = containerd2(true);
+    let self_root = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["probe", "-o", "json", "--require-sandbox-probe"])
+        .args(runsc_cannot_run_here(&ctd, self_root.path()))
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{doc:#}");
+    // runsc's canary ran (runc's did not: not a gVisor handler) and its
+    // failure is the sandbox probe's.
+    let handlers: Vec<&str> = doc["report"]["canaries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["handler"].as_str().unwrap())
+        .collect();
+    assert_eq!(handlers, ["runsc"], "{doc:#}");
+    let f = &doc["verdict"]["findings"][0];
+    assert_eq!(f["code"], "SANDBOX_PROBE_FAILED", "{doc:#}");
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .contains("containerd-shim-runsc-v1"),
+        "{f:#}"
+    );
+    assert_nothing_left(&ctd);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_runs_the_stand_in_canary_only_when_allowed() {
+    let ctd = containerd2(true);
+    let self_root = tempfile::tempdir().unwrap();
+    let args = runsc_cannot_run_here(&ctd, self_root.path());
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let ask = |agent: &common::Agent| {
+        let url = agent.url();
+        async move {
+            let mut client = ReadinessServiceClient::new(common::connect(&url).await);
+            let req = CheckRequest {
+                desired: Some(DesiredState {
+                    require_sandbox_probe: true,
+                    ..DesiredState::default()
+                }),
+                refresh: false,
+            };
+            client.check(req).await.unwrap().into_inner()
+        }
+    };
+
+    let not_allowed = common::Agent::start(None, &args);
+    let resp = ask(&not_allowed).await;
+    let report = resp.report.unwrap();
+    assert!(report.canaries.is_empty(), "{:?}", report.canaries);
+    let f = &resp.verdict.unwrap().findings[0];
+    assert_eq!(f.code, "SANDBOX_PROBE_NOT_RUN", "{f:?}");
+    assert!(f.message.contains("--allow-canary"), "{}", f.message);
+    assert!(f.message.contains("runsc"), "{}", f.message);
+
+    args.extend(["--allow-canary", "runsc"]);
+    let allowed = common::Agent::start(None, &args);
+    let resp = ask(&allowed).await;
+    let report = resp.report.unwrap();
+    assert_eq!(report.canaries.len(), 1, "{:?}", report.canaries);
+    assert_eq!(
+        report.canaries[0].result.as_ref().unwrap().outcome(),
+        ProbeOutcome::Failed
+    );
+    let f = &resp.verdict.unwrap().findings[0];
+    assert_eq!(f.code, "SANDBOX_PROBE_FAILED", "{f:?}");
+    assert!(labelled_sandboxes(&ctd).await.unwrap().is_empty());
+}

@@ -261,13 +261,19 @@ impl Owner {
                     self.finish_canary(handler, result);
                 }
                 _ = tokio::time::sleep_until(next_canaries), if !self.timing.canary_schedule.is_empty() => {
+                    // A zero interval must not spin the loop.
+                    let interval = self.timing.canary_interval.max(Duration::from_secs(1));
+                    next_canaries = now() + interval;
                     for h in self.timing.canary_schedule.clone() {
-                        if !self.canary_recent(&h) {
-                            self.enqueue_canary(h);
+                        match self.canaries.get(&h) {
+                            // Ran recently (maybe for a request): due when
+                            // that result is an interval old.
+                            Some((_, at)) if self.canary_recent(&h) => {
+                                next_canaries = next_canaries.min(*at + interval);
+                            }
+                            _ => self.enqueue_canary(h),
                         }
                     }
-                    // A zero interval must not spin the loop.
-                    next_canaries = now() + self.timing.canary_interval.max(Duration::from_secs(1));
                 }
             }
             if canary.is_none() {
