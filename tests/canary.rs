@@ -12,7 +12,6 @@ mod support;
 use std::{
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    sync::OnceLock,
     time::{Duration, Instant},
 };
 
@@ -33,58 +32,49 @@ use support::containerd::{Containerd, Options, Version};
 const BIN: &str = env!("CARGO_BIN_EXE_sandbox-readiness");
 const PAUSE: &str = "registry.k8s.io/pause:3.10";
 
-/// The pause image as an OCI archive: busybox-static sleeping forever,
-/// built once per test binary.
-fn pause_archive() -> &'static Path {
-    static ARCHIVE: OnceLock<PathBuf> = OnceLock::new();
-    ARCHIVE.get_or_init(|| {
-        let dir = tempfile::Builder::new()
-            .prefix("pause-")
-            .tempdir()
-            .unwrap()
-            .keep();
-        let layout = dir.join("layout");
-        let image = format!("{}:3.10", layout.display());
-        let bundle = dir.join("bundle");
-        let sh = |args: &[&str]| {
-            let st = Command::new("umoci")
-                .args(args)
-                .status()
-                .unwrap_or_else(|e| {
-                    panic!("umoci: {e} (scripts/install-test-deps.sh installs it)")
-                });
-            assert!(st.success(), "umoci {args:?}: {st}");
-        };
-        sh(&["init", "--layout", layout.to_str().unwrap()]);
-        sh(&["new", "--image", &image]);
-        sh(&["unpack", "--image", &image, bundle.to_str().unwrap()]);
-        std::fs::create_dir_all(bundle.join("rootfs/bin")).unwrap();
-        std::fs::copy("/bin/busybox", bundle.join("rootfs/bin/busybox"))
-            .expect("busybox-static (scripts/install-test-deps.sh installs it)");
-        sh(&["repack", "--image", &image, bundle.to_str().unwrap()]);
-        sh(&[
-            "config",
-            "--image",
-            &image,
-            "--config.entrypoint",
-            "/bin/busybox",
-            "--config.cmd",
-            "sleep",
-            "--config.cmd",
-            "2147483647",
-        ]);
-        let archive = dir.join("pause.tar");
-        let st = Command::new("tar")
-            .arg("-C")
-            .arg(&layout)
-            .arg("-cf")
-            .arg(&archive)
-            .arg(".")
+/// The pause image as an OCI archive in `dir` (the runtime's own
+/// directory, removed with it): busybox-static sleeping forever.
+fn pause_archive(dir: &Path) -> PathBuf {
+    let dir = dir.join("pause");
+    let layout = dir.join("layout");
+    let image = format!("{}:3.10", layout.display());
+    let bundle = dir.join("bundle");
+    let sh = |args: &[&str]| {
+        let st = Command::new("umoci")
+            .args(args)
             .status()
-            .unwrap();
-        assert!(st.success());
-        archive
-    })
+            .unwrap_or_else(|e| panic!("umoci: {e} (scripts/install-test-deps.sh installs it)"));
+        assert!(st.success(), "umoci {args:?}: {st}");
+    };
+    sh(&["init", "--layout", layout.to_str().unwrap()]);
+    sh(&["new", "--image", &image]);
+    sh(&["unpack", "--image", &image, bundle.to_str().unwrap()]);
+    std::fs::create_dir_all(bundle.join("rootfs/bin")).unwrap();
+    std::fs::copy("/bin/busybox", bundle.join("rootfs/bin/busybox"))
+        .expect("busybox-static (scripts/install-test-deps.sh installs it)");
+    sh(&["repack", "--image", &image, bundle.to_str().unwrap()]);
+    sh(&[
+        "config",
+        "--image",
+        &image,
+        "--config.entrypoint",
+        "/bin/busybox",
+        "--config.cmd",
+        "sleep",
+        "--config.cmd",
+        "2147483647",
+    ]);
+    let archive = dir.join("pause.tar");
+    let st = Command::new("tar")
+        .arg("-C")
+        .arg(&layout)
+        .arg("-cf")
+        .arg(&archive)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    archive
 }
 
 /// Imports the pause image into the runtime's CRI namespace, labelled
@@ -102,7 +92,7 @@ fn import_pause(ctd: &Containerd) {
     if ctd.version() == Version::V2 {
         cmd.args(["--label", "io.cri-containerd.pinned=pinned"]);
     }
-    let out = cmd.arg(pause_archive()).output().unwrap();
+    let out = cmd.arg(pause_archive(ctd.dir())).output().unwrap();
     assert!(
         out.status.success(),
         "ctr import: {}",
