@@ -156,6 +156,26 @@ pub fn report_table(r: &Report) -> String {
     if let Some(g) = &r.gvisor {
         gvisor_table(&mut out, g);
     }
+    if !r.canaries.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nCRI canaries (a host-network pod sandbox started, stopped and removed)"
+        );
+        for c in &r.canaries {
+            probe_line(
+                &mut out,
+                &format!("handler {}", c.handler),
+                c.result.as_ref(),
+            );
+            let ran = c.result.as_ref().and_then(|p| p.ran_at.as_ref());
+            let _ = writeln!(
+                out,
+                "      sandbox image {}, ran {}",
+                or_dash(&c.image),
+                ran.map(rfc3339).unwrap_or_else(|| "-".into())
+            );
+        }
+    }
     out
 }
 
@@ -348,7 +368,11 @@ mod tests {
             }),
             ..Report::default()
         };
-        report_table(&r).lines().nth(1).unwrap_or_default().to_string()
+        report_table(&r)
+            .lines()
+            .nth(1)
+            .unwrap_or_default()
+            .to_string()
     }
 
     #[test]

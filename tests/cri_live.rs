@@ -508,6 +508,46 @@ const CONTAINERD2_CONFIG: &str = r#"{"containerd":{"defaultRuntimeName":"runc","
 
 #[tonic::async_trait]
 impl RuntimeService for Containerd2 {
+    // The canary's pod sandbox calls are not what this fake is about.
+    async fn run_pod_sandbox(
+        &self,
+        _: Request<cri::RunPodSandboxRequest>,
+    ) -> Result<Response<cri::RunPodSandboxResponse>, Status> {
+        Err(Status::unimplemented("not in this fake"))
+    }
+
+    // The canary's pod sandbox calls are not what this fake is about.
+    async fn stop_pod_sandbox(
+        &self,
+        _: Request<cri::StopPodSandboxRequest>,
+    ) -> Result<Response<cri::StopPodSandboxResponse>, Status> {
+        Err(Status::unimplemented("not in this fake"))
+    }
+
+    // The canary's pod sandbox calls are not what this fake is about.
+    async fn remove_pod_sandbox(
+        &self,
+        _: Request<cri::RemovePodSandboxRequest>,
+    ) -> Result<Response<cri::RemovePodSandboxResponse>, Status> {
+        Err(Status::unimplemented("not in this fake"))
+    }
+
+    // The canary's pod sandbox calls are not what this fake is about.
+    async fn pod_sandbox_status(
+        &self,
+        _: Request<cri::PodSandboxStatusRequest>,
+    ) -> Result<Response<cri::PodSandboxStatusResponse>, Status> {
+        Err(Status::unimplemented("not in this fake"))
+    }
+
+    // The canary's pod sandbox calls are not what this fake is about.
+    async fn list_pod_sandbox(
+        &self,
+        _: Request<cri::ListPodSandboxRequest>,
+    ) -> Result<Response<cri::ListPodSandboxResponse>, Status> {
+        Err(Status::unimplemented("not in this fake"))
+    }
+
     async fn version(
         &self,
         req: Request<VersionRequest>,

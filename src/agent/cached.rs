@@ -273,6 +273,7 @@ mod tests {
                 sandbox_env: Default::default(),
             },
             expose_machine_id: false,
+            canary: Default::default(),
         };
         let (_stop, shutdown) = tokio::sync::watch::channel(false);
         let timing = Timing {
@@ -280,6 +281,9 @@ mod tests {
             probe: Duration::from_secs(3600),
             min_refresh: Duration::ZERO,
             min_sandbox: Duration::ZERO,
+            canary_interval: Duration::ZERO,
+            canary_schedule: Vec::new(),
+            canary_sweep: false,
         };
         let (state, _owner) = state::start(cfg.clone(), timing, shutdown.clone()).await;
         let svc = service::Service::new(

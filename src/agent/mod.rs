@@ -81,6 +81,11 @@ pub struct ServeConfig {
     pub observe: ObserveConfig,
     /// The desired state `Check` uses when a request carries none.
     pub desired: DesiredState,
+    /// Handlers a CRI canary may run for (`--allow-canary`): none by
+    /// default, since a canary changes the node.
+    pub allow_canary: Vec<String>,
+    /// At most one canary per handler per this (`--canary-interval`).
+    pub canary_interval: Duration,
 }
 
 /// How the agent stopped after SIGTERM/SIGINT.
@@ -132,6 +137,8 @@ pub enum ServeError {
     MetricsClientNameWithoutCa,
     #[error("--metrics-client-name needs --metrics-listen")]
     MetricsClientNameWithoutListen,
+    #[error("--require-canary {0} needs --allow-canary {0}: the agent runs a canary only for handlers it is allowed to")]
+    CanaryNotAllowed(String),
     #[error("server failed: {0}")]
     Server(#[from] tonic::transport::Error),
 }
@@ -188,6 +195,14 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
     }
     if conf.max_connection_age.is_zero() {
         return Err(ServeError::ZeroMaxAge);
+    }
+    if let Some(h) = conf
+        .desired
+        .require_canary
+        .iter()
+        .find(|h| !conf.allow_canary.contains(h))
+    {
+        return Err(ServeError::CanaryNotAllowed(h.clone()));
     }
     let desired = conf.desired.clone();
     let nofile = raise_fd_limit();
@@ -265,6 +280,8 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
         cri_endpoint = %cfg.gvisor.cri_endpoint,
         runsc = %cfg.gvisor.runsc_path.display(),
         defaults = ?desired,
+        allow_canary = ?conf.allow_canary,
+        canary_interval = %humantime::format_duration(conf.canary_interval),
         version = crate::observe::node::AGENT_VERSION,
         "starting"
     );
@@ -281,6 +298,9 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
         probe: conf.probe_interval,
         min_refresh: conf.min_refresh_interval,
         min_sandbox: conf.min_sandbox_interval,
+        canary_interval: conf.canary_interval,
+        canary_schedule: desired.require_canary.clone(),
+        canary_sweep: !conf.allow_canary.is_empty(),
     };
     let (state, _owner) = state::start(cfg, timing, shutdown_rx.clone()).await;
     let svc = service::Service::new(
@@ -289,7 +309,8 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
         limits.max_watchers,
         conf.heartbeat,
         shutdown_rx.clone(),
-    );
+    )
+    .allow_canaries(conf.allow_canary.clone());
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     // Ends with the runtime; the reloader with this handle.
     let _metrics_reloader = match &metrics_tls {

@@ -10,6 +10,7 @@
 //! Time is tokio's, so the loop runs under paused time in its tests.
 
 use std::{
+    collections::{BTreeMap, VecDeque},
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc, Mutex,
@@ -26,8 +27,8 @@ use tracing::{info, warn};
 use crate::{
     agent::{source::Source, tracked::Tracked},
     metrics::DurationHistogram,
-    observe::{pb_timestamp, Scope},
-    proto::v1::{Probe, ProbeOutcome, Report, Sysctl},
+    observe::{pb_timestamp, probe, Scope},
+    proto::v1::{Canary, Probe, ProbeOutcome, Report, Sysctl},
     report::{self, Generations},
 };
 
@@ -44,6 +45,17 @@ pub struct Timing {
     /// refresh asking for one in between gets the last result (its
     /// `ran_at` tells its age), so requests cannot keep `runsc do` running.
     pub min_sandbox: Duration,
+    /// At most one CRI canary per handler per this; a request in between
+    /// gets the last result (its `ran_at` tells its age).
+    pub canary_interval: Duration,
+    /// Handlers canaried on the agent's own schedule, at start and then
+    /// every `canary_interval` (serve's own desired state's); others only
+    /// when a request requires them.
+    pub canary_schedule: Vec<String>,
+    /// Remove canary sandboxes left behind before anything else (set when
+    /// canaries are allowed at all: otherwise the agent never changes the
+    /// runtime's state).
+    pub canary_sweep: bool,
 }
 
 /// What a request asks of the owner.
@@ -57,6 +69,13 @@ pub(crate) enum Request {
     },
     /// Read the newly tracked sysctls now and publish them.
     Track { reply: oneshot::Sender<Arc<Report>> },
+    /// A report holding a canary no older than `canary_interval` for each
+    /// handler (allowed ones only: the service checks). Canaries run one at
+    /// a time; requests for the same handler share one run.
+    Canaries {
+        handlers: Vec<String>,
+        reply: oneshot::Sender<Arc<Report>>,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -67,6 +86,7 @@ pub(crate) struct Counters {
     pub(crate) refreshes: AtomicU64,
     /// How long each full observation took (metrics only).
     pub(crate) observation_duration: DurationHistogram,
+    pub(crate) canaries: AtomicU64,
 }
 
 /// The owner's clock (tokio's, pausable in tests).
@@ -110,6 +130,10 @@ pub(crate) async fn start(
         last_full: now(),
         last_started: first_started,
         last_sandbox: None,
+        canaries: BTreeMap::new(),
+        canary_queue: VecDeque::new(),
+        canary_waiters: Vec::new(),
+        canary_running: None,
     };
     (rx, tokio::spawn(owner.run(requests, shutdown)))
 }
@@ -129,6 +153,19 @@ struct Owner {
     last_started: Instant,
     /// When the last sandbox probe started (its result is carried forward).
     last_sandbox: Option<Instant>,
+    /// The last canary of each handler and when it finished; every
+    /// published report carries them.
+    canaries: BTreeMap<String, (Canary, Instant)>,
+    canary_queue: VecDeque<String>,
+    canary_waiters: Vec<CanaryWaiter>,
+    /// The handler whose canary runs now.
+    canary_running: Option<String>,
+}
+
+/// A request waiting for canaries of `pending` handlers.
+struct CanaryWaiter {
+    pending: Vec<String>,
+    reply: oneshot::Sender<Arc<Report>>,
 }
 
 /// A refresh waiting for an observation.
@@ -155,6 +192,11 @@ impl Owner {
         let mut joined: Vec<Waiter> = Vec::new();
         let mut queued: Vec<Waiter> = Vec::new();
         let mut want_full = false;
+        if self.timing.canary_sweep {
+            self.source.sweep_canaries().await;
+        }
+        let mut canary: Option<tokio::task::JoinHandle<Canary>> = None;
+        let mut next_canaries = now();
         loop {
             let idle = running.is_none();
             let due = self.last_full + self.timing.probe;
@@ -166,6 +208,9 @@ impl Owner {
                         None => return,
                         Some(Request::Track { reply }) => {
                             let _ = reply.send(self.publish_tracked().await);
+                        }
+                        Some(Request::Canaries { handlers, reply }) => {
+                            self.ask_canaries(handlers, reply);
                         }
                         Some(Request::Refresh { sandbox, reply }) => {
                             self.counters.refreshes.fetch_add(1, Ordering::Relaxed);
@@ -210,6 +255,43 @@ impl Owner {
                     }
                 }
                 _ = tokio::time::sleep_until(earliest), if idle && !queued.is_empty() => {}
+                done = async {
+                    match canary.as_mut() {
+                        Some(h) => h.await,
+                        None => std::future::pending().await,
+                    }
+                }, if canary.is_some() => {
+                    canary = None;
+                    let handler = self.canary_running.take().unwrap_or_default();
+                    let result = done.unwrap_or_else(|e| Canary {
+                        handler: handler.clone(),
+                        result: Some(probe(ProbeOutcome::Error, 0, format!("the canary task stopped: {e}"), Duration::ZERO)),
+                        ..Canary::default()
+                    });
+                    self.finish_canary(handler, result);
+                }
+                _ = tokio::time::sleep_until(next_canaries), if !self.timing.canary_schedule.is_empty() => {
+                    // A zero interval must not spin the loop.
+                    let interval = self.timing.canary_interval.max(Duration::from_secs(1));
+                    next_canaries = now() + interval;
+                    for h in self.timing.canary_schedule.clone() {
+                        match self.canaries.get(&h) {
+                            // Ran recently (maybe for a request): due when
+                            // that result is an interval old.
+                            Some((_, at)) if self.canary_recent(&h) => {
+                                next_canaries = next_canaries.min(*at + interval);
+                            }
+                            _ => self.enqueue_canary(h),
+                        }
+                    }
+                }
+            }
+            if canary.is_none() {
+                if let Some(h) = self.canary_queue.pop_front() {
+                    self.counters.canaries.fetch_add(1, Ordering::Relaxed);
+                    canary = Some(tokio::spawn(self.source.canary(h.clone())));
+                    self.canary_running = Some(h);
+                }
             }
             let may_start = running.is_none() && now() >= self.last_full + self.timing.min_refresh;
             if may_start && (want_full || !queued.is_empty()) {
@@ -218,6 +300,59 @@ impl Owner {
                 want_full = false;
                 running_since = Some((now(), sandbox));
                 running = Some(self.spawn(sandbox));
+            }
+        }
+    }
+
+    /// Whether `handler`'s last canary finished less than
+    /// `canary_interval` ago.
+    fn canary_recent(&self, handler: &str) -> bool {
+        self.canaries
+            .get(handler)
+            .is_some_and(|(_, t)| t.elapsed() < self.timing.canary_interval)
+    }
+
+    fn enqueue_canary(&mut self, handler: String) {
+        if self.canary_running.as_ref() != Some(&handler) && !self.canary_queue.contains(&handler) {
+            self.canary_queue.push_back(handler);
+        }
+    }
+
+    /// Answers at once when every handler's canary is recent; else queues
+    /// the others and waits for them.
+    fn ask_canaries(&mut self, handlers: Vec<String>, reply: oneshot::Sender<Arc<Report>>) {
+        let mut pending: Vec<String> = Vec::new();
+        for h in handlers {
+            if !self.canary_recent(&h) && !pending.contains(&h) {
+                pending.push(h);
+            }
+        }
+        if pending.is_empty() {
+            let _ = reply.send(self.tx.borrow().clone());
+            return;
+        }
+        for h in &pending {
+            self.enqueue_canary(h.clone());
+        }
+        self.canary_waiters.push(CanaryWaiter { pending, reply });
+    }
+
+    /// Keeps the canary, publishes it and answers whoever waited only for it.
+    fn finish_canary(&mut self, handler: String, result: Canary) {
+        if let Some(r) = result.result.as_ref() {
+            if matches!(r.outcome(), ProbeOutcome::Failed | ProbeOutcome::Error) {
+                warn!(probe = "canary", handler = %handler, "{}", r.message);
+            }
+        }
+        self.canaries.insert(handler.clone(), (result, now()));
+        let current = Report::clone(&self.tx.borrow());
+        let report = self.store(current);
+        for mut w in std::mem::take(&mut self.canary_waiters) {
+            w.pending.retain(|h| *h != handler);
+            if w.pending.is_empty() {
+                let _ = w.reply.send(report.clone());
+            } else if !w.reply.is_closed() {
+                self.canary_waiters.push(w);
             }
         }
     }
@@ -338,6 +473,7 @@ impl Owner {
     /// fingerprint: it is about the agent, not the node).
     fn store_noting(&mut self, report: Report, incomplete: Vec<String>) -> Arc<Report> {
         let mut report = report;
+        self.merge_canaries(&mut report);
         let changed = finish(&mut report, &self.started_at, &mut self.gens);
         note_incomplete(&mut report, incomplete);
         self.store_stamped(report, changed)
@@ -346,8 +482,14 @@ impl Owner {
     /// Stores `report` as the newest; wakes watchers only when something
     /// observed changed (`observed_at` moves on every observation anyway).
     fn store(&mut self, mut report: Report) -> Arc<Report> {
+        self.merge_canaries(&mut report);
         let changed = finish(&mut report, &self.started_at, &mut self.gens);
         self.store_stamped(report, changed)
+    }
+
+    /// Every report carries the last canary of each handler.
+    fn merge_canaries(&self, report: &mut Report) {
+        report.canaries = self.canaries.values().map(|(c, _)| c.clone()).collect();
     }
 
     fn store_stamped(&mut self, mut report: Report, changed: bool) -> Arc<Report> {
@@ -385,6 +527,7 @@ fn stamp_counters(report: &mut Report, counters: &Counters) {
     let agent = report.agent.get_or_insert_with(Default::default);
     agent.observations = counters.observations.load(Ordering::Relaxed);
     agent.sandbox_probes = counters.sandbox_probes.load(Ordering::Relaxed);
+    agent.canaries = counters.canaries.load(Ordering::Relaxed);
 }
 
 /// Records (and logs) what the observation could not read because the

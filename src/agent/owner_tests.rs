@@ -11,11 +11,13 @@ use tokio::{sync::watch, time::Instant};
 
 use crate::{
     agent::{
-        state::{start_with, ObservationFuture, Source, State, SysctlsFuture, Timing},
+        state::{
+            start_with, CanaryFuture, ObservationFuture, Source, State, SysctlsFuture, Timing,
+        },
         tracked::TRACK_TTL,
     },
     observe::Scope,
-    proto::v1::{Gvisor, Probe, ProbeOutcome, Report, Sysctl, SysctlState, UserNamespaces},
+    proto::v1::{Canary, Gvisor, Probe, ProbeOutcome, Report, Sysctl, SysctlState, UserNamespaces},
     report::find_sysctl,
 };
 
@@ -27,6 +29,8 @@ struct Scripted {
     values: Mutex<BTreeMap<String, String>>,
     delay: Duration,
     starts: Mutex<Vec<(Instant, Scope)>>,
+    /// Canaries run, by handler, in order.
+    canaries: Mutex<Vec<String>>,
 }
 
 impl Scripted {
@@ -37,6 +41,7 @@ impl Scripted {
             values: Mutex::new(values),
             delay,
             starts: Mutex::new(Vec::new()),
+            canaries: Mutex::new(Vec::new()),
         })
     }
 
@@ -113,6 +118,26 @@ impl Source for Scripted {
         })
     }
 
+    fn canary(&self, handler: String) -> CanaryFuture {
+        let n = {
+            let mut runs = self.canaries.lock().unwrap();
+            runs.push(handler.clone());
+            runs.len()
+        };
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            Canary {
+                result: Some(Probe {
+                    outcome: ProbeOutcome::Passed as i32,
+                    message: format!("canary {n}"),
+                    ..Probe::default()
+                }),
+                handler,
+                ..Canary::default()
+            }
+        })
+    }
+
     fn sysctls(&self, extra: Vec<String>) -> SysctlsFuture {
         let mut v = vec![self.read(LIMIT)];
         v.extend(extra.iter().filter(|e| *e != LIMIT).map(|e| self.read(e)));
@@ -126,6 +151,9 @@ fn timing() -> Timing {
         probe: Duration::from_secs(30),
         min_refresh: Duration::from_secs(1),
         min_sandbox: Duration::from_secs(30),
+        canary_interval: Duration::from_secs(600),
+        canary_schedule: Vec::new(),
+        canary_sweep: false,
     }
 }
 
@@ -328,4 +356,60 @@ async fn the_metrics_stats_count_refreshes_and_time_each_observation() {
     assert_eq!(h.buckets[5], (0.25, 0));
     assert_eq!(h.buckets[6], (0.5, 2));
     assert!((h.sum_seconds - 0.6).abs() < 0.01, "{}", h.sum_seconds);
+}
+
+fn canary_message(r: &Report, handler: &str) -> String {
+    r.canaries
+        .iter()
+        .find(|c| c.handler == handler)
+        .and_then(|c| c.result.as_ref())
+        .map(|p| p.message.clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test(start_paused = true)]
+async fn canaries_are_shared_kept_for_the_interval_and_run_one_at_a_time() {
+    let node = Scripted::new(Duration::from_millis(10));
+    let (state, _stop) = start(&node).await;
+    let ask = |handlers: &[&str]| {
+        let s = state.clone();
+        let h: Vec<String> = handlers.iter().map(ToString::to_string).collect();
+        tokio::spawn(async move { s.canaries(h).await.unwrap() })
+    };
+    // Concurrent requests for runc share one run; runsc waits its turn.
+    let (a, b, c) = (ask(&["runc"]), ask(&["runc"]), ask(&["runc", "runsc"]));
+    let (a, b, c) = (a.await.unwrap(), b.await.unwrap(), c.await.unwrap());
+    assert_eq!(*node.canaries.lock().unwrap(), ["runc", "runsc"]);
+    assert_eq!(canary_message(&a, "runc"), "canary 1");
+    assert_eq!(canary_message(&b, "runc"), "canary 1");
+    assert_eq!(canary_message(&c, "runsc"), "canary 2");
+    assert_eq!(c.agent.as_ref().unwrap().canaries, 2);
+    // Within the interval: the last result, nothing runs; every report
+    // (observations too) carries it.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let again = ask(&["runc"]).await.unwrap();
+    assert_eq!(canary_message(&again, "runc"), "canary 1");
+    let fresh = state.fresh(false).await.unwrap();
+    assert_eq!(canary_message(&fresh, "runsc"), "canary 2");
+    assert_eq!(node.canaries.lock().unwrap().len(), 2);
+    // After it: run again.
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    let later = ask(&["runc"]).await.unwrap();
+    assert_eq!(canary_message(&later, "runc"), "canary 3");
+}
+
+#[tokio::test(start_paused = true)]
+async fn scheduled_canaries_run_at_start_and_every_interval() {
+    let node = Scripted::new(Duration::from_millis(10));
+    let (_stop, shutdown) = watch::channel(false);
+    let timing = Timing {
+        canary_schedule: vec!["runsc".into()],
+        ..timing()
+    };
+    let (state, _task) = start_with(node.clone(), Vec::new(), timing, shutdown).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(*node.canaries.lock().unwrap(), ["runsc"]);
+    assert_eq!(canary_message(&state.latest(), "runsc"), "canary 1");
+    tokio::time::sleep(Duration::from_secs(601)).await;
+    assert_eq!(*node.canaries.lock().unwrap(), ["runsc", "runsc"]);
 }

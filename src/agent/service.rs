@@ -36,6 +36,8 @@ pub struct Service {
     max_watchers: usize,
     heartbeat: Duration,
     shutdown: watch::Receiver<bool>,
+    /// Handlers a canary may run for (`--allow-canary`).
+    allowed_canaries: Arc<Vec<String>>,
 }
 
 impl Service {
@@ -53,6 +55,7 @@ impl Service {
             max_watchers,
             heartbeat,
             shutdown,
+            allowed_canaries: Arc::new(Vec::new()),
         }
     }
 
@@ -60,6 +63,57 @@ impl Service {
     pub fn watchers_open(&self) -> usize {
         self.max_watchers
             .saturating_sub(self.watchers.available_permits())
+    }
+
+    /// Lets requests require canaries for these handlers (none by default).
+    #[must_use]
+    pub fn allow_canaries(mut self, handlers: Vec<String>) -> Self {
+        self.allowed_canaries = Arc::new(handlers);
+        self
+    }
+
+    /// Refuses a desired state that requires a canary the agent may not
+    /// run: a request must not make the agent change the node beyond what
+    /// its operator allowed.
+    fn refuse_unallowed(&self, desired: &DesiredState) -> Result<(), Status> {
+        match desired
+            .require_canary
+            .iter()
+            .find(|h| !self.allowed_canaries.contains(h))
+        {
+            Some(h) => Err(Status::failed_precondition(format!(
+                "this agent does not run the CRI canary for handler {h}: start it with --allow-canary {h}"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// The canaries `desired` needs for `report`: the required ones, and
+    /// (for `require_sandbox_probe` where runsc cannot run here) the gVisor
+    /// handlers' that the agent may run.
+    fn canaries_for(&self, report: &Report, desired: &DesiredState) -> Vec<String> {
+        let mut handlers = desired.require_canary.clone();
+        if desired.require_sandbox_probe {
+            handlers.extend(
+                evaluate::sandbox_probe_canaries(report)
+                    .into_iter()
+                    .filter(|h| self.allowed_canaries.contains(h)),
+            );
+        }
+        handlers
+    }
+
+    /// `report`, or a newer one holding recent canaries `desired` needs.
+    async fn with_canaries(
+        &self,
+        report: Arc<Report>,
+        desired: &DesiredState,
+    ) -> Result<Arc<Report>, Status> {
+        let handlers = self.canaries_for(&report, desired);
+        if handlers.is_empty() {
+            return Ok(report);
+        }
+        self.state.canaries(handlers).await.map_err(state_status)
     }
 
     /// The request's desired state, or the agent's defaults; validated.
@@ -124,10 +178,12 @@ impl ReadinessService for Service {
     ) -> Result<Response<CheckResponse>, Status> {
         let req = request.into_inner();
         let desired = self.desired(req.desired)?;
+        self.refuse_unallowed(&desired)?;
         let report = self
             .report(req.refresh, desired.require_sandbox_probe)
             .await?;
         let report = self.with_requested_sysctls(report, &desired).await?;
+        let report = self.with_canaries(report, &desired).await?;
         let verdict = evaluate::evaluate(&report, &desired);
         Ok(Response::new(CheckResponse {
             verdict: Some(verdict),
@@ -154,11 +210,20 @@ impl ReadinessService for Service {
             .get::<crate::agent::listen::ConnInfo>()
             .and_then(|c| c.ends_at);
         let desired = self.desired(request.into_inner().desired)?;
-        if desired.require_sandbox_probe {
-            // The sandbox result arrives as a change on the stream.
-            let state = self.state.clone();
+        self.refuse_unallowed(&desired)?;
+        if desired.require_sandbox_probe || !desired.require_canary.is_empty() {
+            // The sandbox and canary results arrive as changes on the stream.
+            let this = self.clone();
+            let wanted = desired.clone();
             tokio::spawn(async move {
-                let _ = state.fresh(true).await;
+                let report = if wanted.require_sandbox_probe {
+                    this.state.fresh(true).await
+                } else {
+                    Ok(this.state.latest())
+                };
+                if let Ok(r) = report {
+                    let _ = this.with_canaries(r, &wanted).await;
+                }
             });
         }
         // One slot more than the buffer: it stays free for the status that

@@ -5,14 +5,18 @@
 use std::{future::Future, pin::Pin, sync::Arc};
 
 use crate::{
-    observe::{self, ObserveConfig, Observer, Scope},
-    proto::v1::{Probe, Report, Sysctl},
+    observe::{self, canary, ObserveConfig, Observer, Scope},
+    proto::v1::{Canary, Probe, Report, Sysctl},
 };
 
 /// A full observation in progress.
 pub type ObservationFuture = Pin<Box<dyn Future<Output = Report> + Send>>;
 /// A sysctl read in progress.
 pub type SysctlsFuture = Pin<Box<dyn Future<Output = Vec<Sysctl>> + Send>>;
+/// A CRI canary in progress.
+pub type CanaryFuture = Pin<Box<dyn Future<Output = Canary> + Send>>;
+/// A sweep of leftover canary sandboxes in progress.
+pub type SweepFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// What the owner observes through: the host in the agent, a scripted node in
 /// the owner's tests. Implementations do the I/O; the owner only schedules.
@@ -29,6 +33,18 @@ pub trait Source: Send + Sync + 'static {
     /// The cheap part of an observation: the user namespace sysctls and
     /// `extra`, to notice a change between full observations.
     fn sysctls(&self, extra: Vec<String>) -> SysctlsFuture;
+    /// One CRI canary for `handler` (the owner runs one at a time).
+    fn canary(&self, handler: String) -> CanaryFuture {
+        Box::pin(std::future::ready(Canary {
+            result: Some(observe::skipped("not run: this source has no CRI")),
+            handler,
+            ..Canary::default()
+        }))
+    }
+    /// Removes canary sandboxes an earlier agent left behind.
+    fn sweep_canaries(&self) -> SweepFuture {
+        Box::pin(std::future::ready(()))
+    }
 }
 
 /// The real source: this host, through one long-lived observer (it keeps
@@ -61,6 +77,32 @@ impl Source for HostSource {
                 g.sandbox = Some(probe);
             }
             raw.into_report()
+        })
+    }
+
+    fn canary(&self, handler: String) -> CanaryFuture {
+        let cfg = self.observer.config().clone();
+        Box::pin(async move { canary::run(&cfg.gvisor.cri_endpoint, &cfg.canary, &handler).await })
+    }
+
+    fn sweep_canaries(&self) -> SweepFuture {
+        let cfg = self.observer.config().clone();
+        Box::pin(async move {
+            // Bounded like any CRI question; what it could not remove now,
+            // the next canary's own sweep removes.
+            let swept = tokio::time::timeout(
+                cfg.gvisor.cri_timeout,
+                canary::sweep_endpoint(&cfg.gvisor.cri_endpoint),
+            )
+            .await;
+            match swept {
+                Ok(Ok(0)) => {}
+                Ok(Ok(n)) => tracing::info!(removed = n, "removed canary sandboxes left behind"),
+                Ok(Err(e)) => tracing::warn!("cannot sweep canary sandboxes at start: {e}"),
+                Err(_) => tracing::warn!(
+                    "cannot sweep canary sandboxes at start: the CRI did not answer in time"
+                ),
+            }
         })
     }
 

@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 pub use crate::agent::{
     owner::Timing,
-    source::{HostSource, ObservationFuture, Source, SysctlsFuture},
+    source::{CanaryFuture, HostSource, ObservationFuture, Source, SweepFuture, SysctlsFuture},
 };
 use crate::{
     agent::{
@@ -64,6 +64,14 @@ impl State {
         self.ask(Request::Refresh { sandbox, reply }, rx).await
     }
 
+    /// A report holding a canary for each of `handlers` that finished at
+    /// most `canary_interval` ago (run now when none did), shared with
+    /// concurrent callers. The caller has checked the handlers are allowed.
+    pub async fn canaries(&self, handlers: Vec<String>) -> Result<Arc<Report>, StateError> {
+        let (reply, rx) = oneshot::channel();
+        self.ask(Request::Canaries { handlers, reply }, rx).await
+    }
+
     /// Keeps `names` (validated sysctl names) in every report from now on,
     /// until nobody asked for them for a while, and returns a report that
     /// holds them: the latest one when it already does, else the one the
@@ -107,6 +115,7 @@ impl State {
         crate::metrics::AgentStats {
             observations: c.observations.load(Ordering::Relaxed),
             sandbox_probes: c.sandbox_probes.load(Ordering::Relaxed),
+            canaries: c.canaries.load(Ordering::Relaxed),
             refreshes: c.refreshes.load(Ordering::Relaxed),
             observation_duration: c.observation_duration.snapshot(),
             ..Default::default()
@@ -117,13 +126,17 @@ impl State {
     pub fn with_counters(&self, report: Arc<Report>) -> Arc<Report> {
         let obs = self.counters.observations.load(Ordering::Relaxed);
         let sb = self.counters.sandbox_probes.load(Ordering::Relaxed);
+        let cn = self.counters.canaries.load(Ordering::Relaxed);
         match &report.agent {
-            Some(a) if a.observations == obs && a.sandbox_probes == sb => report,
+            Some(a) if a.observations == obs && a.sandbox_probes == sb && a.canaries == cn => {
+                report
+            }
             _ => {
                 let mut r = (*report).clone();
                 let agent = r.agent.get_or_insert_with(Default::default);
                 agent.observations = obs;
                 agent.sandbox_probes = sb;
+                agent.canaries = cn;
                 Arc::new(r)
             }
         }

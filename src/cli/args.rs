@@ -12,7 +12,7 @@ use clap::{Args, ValueEnum};
 use sandbox_readiness::{
     evaluate::{self, DesiredError},
     host::HostPaths,
-    observe::{gvisor::SandboxEnv, GvisorConfig, ObserveConfig},
+    observe::{canary::CanaryConfig, gvisor::SandboxEnv, GvisorConfig, ObserveConfig},
     proto::v1::{DesiredState, SysctlExpectation},
 };
 
@@ -44,7 +44,7 @@ fn parse_sysctl(s: &str) -> Result<SysctlExpectation, DesiredError> {
     evaluate::parse_sysctl_flag(s)
 }
 
-fn parse_handler(s: &str) -> Result<String, DesiredError> {
+pub fn parse_handler(s: &str) -> Result<String, DesiredError> {
     evaluate::validate_handler_name(s).map(|()| s.to_string())
 }
 
@@ -72,6 +72,9 @@ pub struct DesiredArgs {
     /// A runtime handler `hostUsers: false` pods must be able to use (repeatable; `default` is the runtime's default handler): user namespaces and idmapped mounts work, and the CRI reports user namespace support for it.
     #[arg(long = "require-pod-userns", value_name = "HANDLER", value_parser = parse_handler, env = "SANDBOX_READINESS_REQUIRE_POD_USERNS", value_delimiter = ',')]
     pub require_pod_userns: Vec<String>,
+    /// A runtime handler whose CRI canary must pass (repeatable; `default` is the runtime's default handler): a host-network pod sandbox is started, stopped and removed through the CRI. Changes the node: `serve` runs it only for handlers in --allow-canary.
+    #[arg(long = "require-canary", value_name = "HANDLER", value_parser = parse_handler, env = "SANDBOX_READINESS_REQUIRE_CANARY", value_delimiter = ',')]
+    pub require_canary: Vec<String>,
 }
 
 impl DesiredArgs {
@@ -85,6 +88,7 @@ impl DesiredArgs {
             require_gvisor: self.require_gvisor,
             require_sandbox_probe: self.require_sandbox_probe,
             require_pod_userns: self.require_pod_userns.clone(),
+            require_canary: self.require_canary.clone(),
         };
         evaluate::validate(&d)?;
         Ok(d)
@@ -127,6 +131,12 @@ pub struct HostArgs {
     /// Deadline for the user namespace / idmap probe helper.
     #[arg(long, default_value = "5s", value_parser = parse_positive_duration, env = "SANDBOX_READINESS_PROBE_TIMEOUT")]
     pub probe_timeout: Duration,
+    /// Deadline for one CRI canary (RunPodSandbox, status, stop, remove).
+    #[arg(long, default_value = "20s", value_parser = parse_positive_duration, env = "SANDBOX_READINESS_CANARY_TIMEOUT")]
+    pub canary_timeout: Duration,
+    /// Let a CRI canary pull the runtime's sandbox image when its image store lacks it (without it, the canary does not run then).
+    #[arg(long, env = "SANDBOX_READINESS_CANARY_PULL")]
+    pub canary_pull: bool,
     /// Tests only: read the agent's own /proc/self/status, /sys/fs/cgroup and
     /// sandbox root (which decide whether runsc can run at all) under DIR
     /// instead of /.
@@ -174,6 +184,10 @@ impl HostArgs {
             extra_sysctls: Vec::new(),
             gvisor,
             expose_machine_id: false,
+            canary: CanaryConfig {
+                timeout: self.canary_timeout,
+                pull: self.canary_pull,
+            },
         }
     }
 }

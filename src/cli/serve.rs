@@ -11,7 +11,7 @@ use sandbox_readiness::{
 };
 
 use super::{
-    args::{parse_duration, parse_positive_duration, DesiredArgs, HostArgs},
+    args::{parse_duration, parse_handler, parse_positive_duration, DesiredArgs, HostArgs},
     exit::Outcome,
 };
 
@@ -117,6 +117,12 @@ pub struct ServeArgs {
     /// A connection this old gets GOAWAY: its Watch streams end and clients reconnect, so a new CA or a revoked client takes effect on old connections too.
     #[arg(long, default_value = "1h", value_parser = parse_positive_duration, env = "SANDBOX_READINESS_MAX_CONNECTION_AGE")]
     pub max_connection_age: Duration,
+    /// A runtime handler the agent may run the CRI canary for (repeatable; `default` is the runtime's default handler). None by default: a canary starts and removes a pod sandbox, so it changes the node.
+    #[arg(long = "allow-canary", value_name = "HANDLER", value_parser = parse_handler, env = "SANDBOX_READINESS_ALLOW_CANARY", value_delimiter = ',')]
+    pub allow_canary: Vec<String>,
+    /// At most one canary per handler per this; a request in between gets the last result (with its age).
+    #[arg(long, default_value = "10m", value_parser = parse_duration, env = "SANDBOX_READINESS_CANARY_INTERVAL")]
+    pub canary_interval: Duration,
     #[command(flatten)]
     pub host: HostArgs,
     /// The desired state `Check` uses when a request carries none.
@@ -161,6 +167,8 @@ impl ServeArgs {
                 ..self.host.to_config()
             },
             desired,
+            allow_canary: self.allow_canary.clone(),
+            canary_interval: self.canary_interval,
         }
     }
 }

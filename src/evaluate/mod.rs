@@ -6,11 +6,12 @@
 use thiserror::Error;
 
 use crate::{
+    observe::gvisor::CANNOT_RUN_HERE,
     proto::v1::{
-        CriRuntime, DesiredState, Finding, Gvisor, GvisorReadiness, Probe, ProbeOutcome, Report,
-        SysctlExpectation, SysctlState, Verdict,
+        Canary, CriRuntime, DesiredState, Finding, Gvisor, GvisorReadiness, Probe, ProbeOutcome,
+        Report, SysctlExpectation, SysctlState, Verdict,
     },
-    report::{find_sysctl, outcome_word},
+    report::{find_sysctl, names::RUNSC_RUNTIME_TYPE, outcome_word},
     sysctl_name::{self as sysctl, MAX_VALUE_BYTES},
 };
 
@@ -58,15 +59,13 @@ pub fn validate(desired: &DesiredState) -> Result<(), DesiredError> {
     if desired.sysctls.len() > MAX_SYSCTLS {
         return Err(DesiredError::TooManySysctls(desired.sysctls.len()));
     }
-    if desired.require_runtime_handlers.len() > MAX_HANDLERS
-        || desired.require_pod_userns.len() > MAX_HANDLERS
-    {
-        return Err(DesiredError::TooManyHandlers(
-            desired
-                .require_runtime_handlers
-                .len()
-                .max(desired.require_pod_userns.len()),
-        ));
+    let most = desired
+        .require_runtime_handlers
+        .len()
+        .max(desired.require_pod_userns.len())
+        .max(desired.require_canary.len());
+    if most > MAX_HANDLERS {
+        return Err(DesiredError::TooManyHandlers(most));
     }
     for s in &desired.sysctls {
         sysctl::validate_name(&s.name)?;
@@ -78,6 +77,7 @@ pub fn validate(desired: &DesiredState) -> Result<(), DesiredError> {
         .require_runtime_handlers
         .iter()
         .chain(&desired.require_pod_userns)
+        .chain(&desired.require_canary)
     {
         validate_handler_name(h)?;
     }
@@ -106,6 +106,7 @@ pub fn is_empty(d: &DesiredState) -> bool {
         && !d.require_gvisor
         && !d.require_sandbox_probe
         && d.require_pod_userns.is_empty()
+        && d.require_canary.is_empty()
 }
 
 /// Sysctl values compare equal when their whitespace-separated fields do
@@ -151,11 +152,20 @@ pub enum FindingCode {
     RuntimeStateIdmapFailed,
     /// The CRI does not report user namespace support for a handler.
     PodUsernsUnsupported,
+    /// A handler's CRI canary ran and its pod sandbox did not start (or
+    /// did not finish within the deadline).
+    CanaryFailed,
+    /// A required canary did not run (sandbox image absent, CRI
+    /// unreachable): unknown, so blocking.
+    CanaryNotRun,
+    /// The canary's sandbox vanished under it: blocking (not proven), but
+    /// nothing is known to be broken; run it again.
+    CanaryInconclusive,
 }
 
 impl FindingCode {
     /// Every code, in the order the proto lists them.
-    pub const ALL: [FindingCode; 16] = [
+    pub const ALL: [FindingCode; 19] = [
         Self::SysctlMismatch,
         Self::SysctlMissing,
         Self::SysctlUnreadable,
@@ -172,6 +182,9 @@ impl FindingCode {
         Self::SysctlWithheld,
         Self::RuntimeStateIdmapFailed,
         Self::PodUsernsUnsupported,
+        Self::CanaryFailed,
+        Self::CanaryNotRun,
+        Self::CanaryInconclusive,
     ];
 
     /// The stable string sent in `Finding::code`.
@@ -193,6 +206,9 @@ impl FindingCode {
             Self::SysctlWithheld => "SYSCTL_WITHHELD",
             Self::RuntimeStateIdmapFailed => "RUNTIME_STATE_IDMAP_FAILED",
             Self::PodUsernsUnsupported => "POD_USERNS_UNSUPPORTED",
+            Self::CanaryFailed => "CANARY_FAILED",
+            Self::CanaryNotRun => "CANARY_NOT_RUN",
+            Self::CanaryInconclusive => "CANARY_INCONCLUSIVE",
         }
     }
 }
@@ -268,7 +284,10 @@ pub fn evaluate(report: &Report, desired: &DesiredState) -> Verdict {
         findings.extend(gvisor_finding(report.gvisor.as_ref()));
     }
     if desired.require_sandbox_probe {
-        findings.extend(sandbox_finding(report.gvisor.as_ref()));
+        findings.extend(sandbox_finding(report));
+    }
+    for name in &desired.require_canary {
+        findings.extend(canary_finding(report, name));
     }
     Verdict {
         converged: !findings.iter().any(|f| f.blocking),
@@ -538,7 +557,8 @@ fn gvisor_finding(gvisor: Option<&Gvisor>) -> Option<Finding> {
     ))
 }
 
-fn sandbox_finding(gvisor: Option<&Gvisor>) -> Option<Finding> {
+fn sandbox_finding(report: &Report) -> Option<Finding> {
+    let gvisor = report.gvisor.as_ref();
     let p = gvisor.and_then(|g| g.sandbox.as_ref());
     match probe_outcome(p) {
         ProbeOutcome::Passed => None,
@@ -548,13 +568,134 @@ fn sandbox_finding(gvisor: Option<&Gvisor>) -> Option<Finding> {
             p,
             "the gVisor sandbox did not start",
         ),
-        ProbeOutcome::Skipped | ProbeOutcome::Unspecified => probe_finding(
+        _ if cannot_run_here(p) => canary_for_sandbox_probe(report),
+        ProbeOutcome::Skipped | ProbeOutcome::Unspecified | ProbeOutcome::Inconclusive => {
+            probe_finding(
+                FindingCode::SandboxProbeNotRun,
+                "runsc",
+                p,
+                "the gVisor sandbox probe did not run",
+            )
+        }
+    }
+}
+
+/// Whether the sandbox probe was skipped because runsc cannot run where
+/// the agent runs (inside the extension container), not for the node.
+fn cannot_run_here(p: Option<&Probe>) -> bool {
+    p.is_some_and(|p| {
+        p.outcome() == ProbeOutcome::Skipped && p.message.starts_with(CANNOT_RUN_HERE)
+    })
+}
+
+/// The configured gVisor handlers (runtime type `io.containerd.runsc.v1`).
+fn gvisor_handlers(report: &Report) -> Vec<&str> {
+    report
+        .gvisor
+        .iter()
+        .flat_map(|g| &g.configured_handlers)
+        .filter(|h| h.runtime_type == RUNSC_RUNTIME_TYPE)
+        .map(|h| h.name.as_str())
+        .collect()
+}
+
+/// The canaries that stand in for `--require-sandbox-probe` in this
+/// report: the gVisor handlers' when `runsc do` cannot run where the agent
+/// runs, else none. The agent runs them where it may (`serve`: handlers in
+/// `--allow-canary`; `probe`: always).
+pub fn sandbox_probe_canaries(report: &Report) -> Vec<String> {
+    let p = report.gvisor.as_ref().and_then(|g| g.sandbox.as_ref());
+    if !cannot_run_here(p) {
+        return Vec::new();
+    }
+    gvisor_handlers(report)
+        .into_iter()
+        .map(str::to_string)
+        .collect()
+}
+
+/// `--require-sandbox-probe` where runsc cannot run where the agent runs:
+/// satisfied by a passed canary of every gVisor handler.
+fn canary_for_sandbox_probe(report: &Report) -> Option<Finding> {
+    let p = report.gvisor.as_ref().and_then(|g| g.sandbox.as_ref());
+    let why = p.map(|p| p.message.as_str()).unwrap_or_default();
+    let handlers = gvisor_handlers(report);
+    if handlers.is_empty() {
+        return Some(finding(
             FindingCode::SandboxProbeNotRun,
             "runsc",
-            p,
-            "the gVisor sandbox probe did not run",
-        ),
+            "passed",
+            "skipped",
+            format!("the gVisor sandbox probe did not run: {why}; no handler with runtime type {RUNSC_RUNTIME_TYPE} is configured, so no CRI canary can stand in for it"),
+        ));
     }
+    let mut failed = Vec::new();
+    let mut missing = Vec::new();
+    for h in handlers {
+        match find_canary(report, h).and_then(|c| c.result.as_ref()) {
+            Some(r) if r.outcome() == ProbeOutcome::Passed => {}
+            Some(r) if matches!(r.outcome(), ProbeOutcome::Failed | ProbeOutcome::Error) => {
+                failed.push(format!("{h}: {}", r.message));
+            }
+            Some(r) => missing.push(format!("{h} ({})", r.message)),
+            None => missing.push(h.to_string()),
+        }
+    }
+    if !failed.is_empty() {
+        return Some(finding(
+            FindingCode::SandboxProbeFailed,
+            "runsc",
+            "passed",
+            "canary failed",
+            format!(
+                "the gVisor sandbox did not start through the CRI (the canary stands in for runsc do, which cannot run where the agent runs): {}",
+                failed.join("; ")
+            ),
+        ));
+    }
+    (!missing.is_empty()).then(|| {
+        finding(
+            FindingCode::SandboxProbeNotRun,
+            "runsc",
+            "passed",
+            "skipped",
+            format!(
+                "the gVisor sandbox probe did not run: {why}; the CRI canary stands in for it, but did not pass for {}: allow it (serve --allow-canary HANDLER) or run probe --require-canary HANDLER",
+                missing.join(", ")
+            ),
+        )
+    })
+}
+
+fn find_canary<'a>(report: &'a Report, handler: &str) -> Option<&'a Canary> {
+    report.canaries.iter().find(|c| c.handler == handler)
+}
+
+/// A required canary: it must have passed.
+fn canary_finding(report: &Report, handler: &str) -> Option<Finding> {
+    let result = find_canary(report, handler).and_then(|c| c.result.as_ref());
+    let outcome = probe_outcome(result);
+    let message = result.map(|r| r.message.as_str()).unwrap_or_default();
+    let (code, text) = match outcome {
+        ProbeOutcome::Passed => return None,
+        ProbeOutcome::Failed | ProbeOutcome::Error => (
+            FindingCode::CanaryFailed,
+            format!("the CRI canary for handler {handler} failed: {message}"),
+        ),
+        ProbeOutcome::Inconclusive => (
+            FindingCode::CanaryInconclusive,
+            format!("the CRI canary for handler {handler} was inconclusive (not broken; run it again): {message}"),
+        ),
+        ProbeOutcome::Skipped | ProbeOutcome::Unspecified => (
+            FindingCode::CanaryNotRun,
+            if message.is_empty() {
+                format!("the CRI canary for handler {handler} did not run")
+            } else {
+                format!("the CRI canary for handler {handler} did not run: {message}")
+            },
+        ),
+    };
+    Some(finding(code, handler, "passed", outcome_word(result), text))
 }
 
 #[cfg(test)]

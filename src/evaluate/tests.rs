@@ -429,3 +429,130 @@ fn pod_userns_reads_the_handler_features_as_kubelet_does() {
     assert!(validate(&d(&["Bad"])).is_err());
     assert!(!is_empty(&d(&["runc"])));
 }
+
+fn canary(handler: &str, outcome: ProbeOutcome, message: &str) -> Canary {
+    Canary {
+        handler: handler.into(),
+        result: probe(outcome, message),
+        ..Canary::default()
+    }
+}
+
+/// A node whose sandbox probe was skipped for `why`, with runsc (and a
+/// runsc-kvm) registered, and these canaries.
+fn skipped_sandbox_node(why: &str, canaries: Vec<Canary>) -> Report {
+    use crate::proto::v1::ConfiguredHandler;
+    let handler = |name: &str, runtime_type: &str| ConfiguredHandler {
+        name: name.into(),
+        runtime_type: runtime_type.into(),
+        ..ConfiguredHandler::default()
+    };
+    Report {
+        gvisor: Some(Gvisor {
+            configured_handlers: vec![
+                handler("runsc", RUNSC_RUNTIME_TYPE),
+                handler("runsc-kvm", RUNSC_RUNTIME_TYPE),
+                handler("runc", "io.containerd.runc.v2"),
+            ],
+            sandbox: probe(ProbeOutcome::Skipped, why),
+            ..Gvisor::default()
+        }),
+        canaries,
+        ..Report::default()
+    }
+}
+
+fn sandbox_codes(r: &Report) -> Vec<(String, String)> {
+    let d = DesiredState {
+        require_sandbox_probe: true,
+        ..DesiredState::default()
+    };
+    evaluate(r, &d)
+        .findings
+        .into_iter()
+        .map(|f| (f.code, f.message))
+        .collect()
+}
+
+#[test]
+fn canaries_stand_in_for_the_sandbox_probe_only_where_runsc_cannot_run() {
+    let here = format!("{CANNOT_RUN_HERE}, whatever the node can do: no cgroup filesystem");
+    let pass = |h: &str| canary(h, ProbeOutcome::Passed, "ok");
+    // Where runsc cannot run: the gVisor handlers' canaries, not runc's.
+    let r = skipped_sandbox_node(&here, vec![]);
+    assert_eq!(sandbox_probe_canaries(&r), ["runsc", "runsc-kvm"]);
+    let found = sandbox_codes(&r);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].0, "SANDBOX_PROBE_NOT_RUN");
+    assert!(found[0].1.contains("--allow-canary"), "{}", found[0].1);
+    assert!(found[0].1.contains("runsc, runsc-kvm"), "{}", found[0].1);
+    // Every gVisor handler's canary passed: satisfied.
+    assert!(sandbox_codes(&skipped_sandbox_node(
+        &here,
+        vec![pass("runsc"), pass("runsc-kvm")]
+    ))
+    .is_empty());
+    // One passed, one missing: still not run.
+    let found = sandbox_codes(&skipped_sandbox_node(&here, vec![pass("runsc")]));
+    assert_eq!(found[0].0, "SANDBOX_PROBE_NOT_RUN", "{found:?}");
+    // A failed canary is a failed sandbox, named.
+    let broken = canary("runsc-kvm", ProbeOutcome::Failed, "no /dev/kvm");
+    let found = sandbox_codes(&skipped_sandbox_node(&here, vec![pass("runsc"), broken]));
+    assert_eq!(found[0].0, "SANDBOX_PROBE_FAILED", "{found:?}");
+    assert!(
+        found[0].1.contains("runsc-kvm: no /dev/kvm"),
+        "{}",
+        found[0].1
+    );
+    // Skipped for another reason (not asked): no stand-in.
+    let r = skipped_sandbox_node(
+        "not run (ask for it)",
+        vec![pass("runsc"), pass("runsc-kvm")],
+    );
+    assert!(sandbox_probe_canaries(&r).is_empty());
+    assert_eq!(sandbox_codes(&r)[0].0, "SANDBOX_PROBE_NOT_RUN");
+}
+
+#[test]
+fn required_canaries_by_outcome() {
+    let d = DesiredState {
+        require_canary: vec!["runc".into()],
+        ..DesiredState::default()
+    };
+    let judge = |c: Vec<Canary>| {
+        let r = Report {
+            canaries: c,
+            ..Report::default()
+        };
+        evaluate(&r, &d)
+    };
+    assert!(judge(vec![canary("runc", ProbeOutcome::Passed, "ok")]).converged);
+    let cases = [
+        (None, "CANARY_NOT_RUN"),
+        (Some(ProbeOutcome::Skipped), "CANARY_NOT_RUN"),
+        (Some(ProbeOutcome::Failed), "CANARY_FAILED"),
+        (Some(ProbeOutcome::Error), "CANARY_FAILED"),
+        (Some(ProbeOutcome::Inconclusive), "CANARY_INCONCLUSIVE"),
+    ];
+    for (outcome, code) in cases {
+        let c = outcome
+            .map(|o| canary("runc", o, "why"))
+            .into_iter()
+            .collect();
+        let v = judge(c);
+        assert!(!v.converged, "{outcome:?}");
+        assert_eq!(v.findings.len(), 1, "{outcome:?}");
+        assert_eq!(v.findings[0].code, code, "{outcome:?}");
+        assert!(v.findings[0].blocking);
+        assert!(v.findings[0].message.contains("handler runc"));
+    }
+    // Another handler's canary does not count.
+    assert!(!judge(vec![canary("runsc", ProbeOutcome::Passed, "ok")]).converged);
+    // Bad names are refused like the other handler lists.
+    let bad = DesiredState {
+        require_canary: vec!["Runc!".into()],
+        ..DesiredState::default()
+    };
+    assert!(validate(&bad).is_err());
+    assert!(!is_empty(&d));
+}

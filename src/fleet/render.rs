@@ -19,7 +19,7 @@ use super::{
     result::{count_matches, node_reason, pool_converged, AskError, Counts, NodeResult},
 };
 use crate::{
-    proto::v1::DesiredState,
+    proto::v1::{DesiredState, Probe, ProbeOutcome, Report},
     report::{find_sysctl, outcome_word, readiness_word, sysctl_display},
     text::{clean_line, clean_text},
 };
@@ -54,12 +54,14 @@ pub fn table(results: &[NodeResult]) -> String {
         "USERNS LIMIT",
         "USERNS PROBE",
         "GVISOR",
+        "POD-USERNS",
+        "CANARY",
         "FINDING",
     ];
-    let rows: Vec<[String; 8]> = results
+    let rows: Vec<[String; 10]> = results
         .iter()
         .map(|r| {
-            let (limit, probe, gvisor) = match &r.outcome {
+            let (limit, probe, gvisor, pod_userns, canary) = match &r.outcome {
                 Ok(a) => (
                     find_sysctl(&a.report, USERNS_LIMIT)
                         .map_or_else(|| "-".to_string(), |s| clean_line(&sysctl_display(s))),
@@ -71,8 +73,10 @@ pub fn table(results: &[NodeResult]) -> String {
                     )
                     .to_string(),
                     readiness_word(a.report.gvisor.as_ref()).to_string(),
+                    pod_userns_word(&a.report).to_string(),
+                    canary_cell(&a.report),
                 ),
-                Err(_) => ("-".into(), "-".into(), "-".into()),
+                Err(_) => ("-".into(), "-".into(), "-".into(), "-".into(), "-".into()),
             };
             let mut reason = node_reason(&r.outcome);
             if r.boot_id_changes > 0 {
@@ -91,6 +95,8 @@ pub fn table(results: &[NodeResult]) -> String {
                 limit,
                 probe,
                 gvisor,
+                pod_userns,
+                canary,
                 if reason.is_empty() {
                     "-".into()
                 } else {
@@ -129,6 +135,67 @@ pub fn table(results: &[NodeResult]) -> String {
         line(row);
     }
     out
+}
+
+/// Whether `hostUsers: false` pods could start with the runtime's default
+/// handler: "ok" when user namespaces and idmapped mounts (tmpfs and the
+/// runtime's root) really work and the CRI reports user_namespaces for the
+/// default handler, as kubelet reads it; "no" otherwise; "-" without a CRI
+/// answer. (`--require-pod-userns` judges named handlers in the verdict.)
+fn pod_userns_word(report: &Report) -> &'static str {
+    let Some(cri) = report
+        .gvisor
+        .as_ref()
+        .and_then(|g| g.cri.as_ref())
+        .filter(|c| c.reachable)
+    else {
+        return "-";
+    };
+    let passed = |p: Option<&Probe>| p.is_some_and(|p| p.outcome() == ProbeOutcome::Passed);
+    let probes = report.user_namespaces.as_ref().is_some_and(|u| {
+        passed(u.userns_create.as_ref())
+            && passed(u.idmap_mount.as_ref())
+            && passed(u.runtime_state_idmap.as_ref())
+    });
+    let default_handler = cri
+        .handlers
+        .iter()
+        .any(|h| h.name.is_empty() && h.user_namespaces == Some(true));
+    if probes && default_handler {
+        "ok"
+    } else {
+        "no"
+    }
+}
+
+/// The canaries in a few characters: "ok 120ms" when every one passed
+/// (the slowest), else the first that did not, e.g. "runsc failed"; "-"
+/// when none ran.
+fn canary_cell(report: &Report) -> String {
+    let word = |p: Option<&Probe>| match p.map(Probe::outcome) {
+        Some(ProbeOutcome::Passed) => "ok",
+        Some(ProbeOutcome::Failed | ProbeOutcome::Error) => "failed",
+        Some(ProbeOutcome::Inconclusive) => "inconclusive",
+        _ => "not run",
+    };
+    if report.canaries.is_empty() {
+        return "-".into();
+    }
+    if let Some(c) = report
+        .canaries
+        .iter()
+        .find(|c| word(c.result.as_ref()) != "ok")
+    {
+        return clean_line(&format!("{} {}", c.handler, word(c.result.as_ref())));
+    }
+    let slowest = report
+        .canaries
+        .iter()
+        .filter_map(|c| c.result.as_ref()?.duration.as_ref())
+        .map(|d| d.seconds.saturating_mul(1000) + i64::from(d.nanos / 1_000_000))
+        .max()
+        .unwrap_or(0);
+    format!("ok {slowest}ms")
 }
 
 /// One line: "9/10 converged; node-3: user.max_user_namespaces is 0, expected 11255".
@@ -420,6 +487,8 @@ mod tests {
             "USERNS LIMIT",
             "USERNS PROBE",
             "GVISOR",
+            "POD-USERNS",
+            "CANARY",
             "FINDING",
         ]
         .iter()
@@ -443,6 +512,8 @@ mod tests {
                 "-",
                 "-",
                 "-",
+                "-",
+                "-",
                 "connection refused"
             ]
         );
@@ -455,6 +526,8 @@ mod tests {
                 "0",
                 "failed",
                 "NOT_INSTALLED",
+                "-",
+                "-",
                 "user.max_user_namespaces is 0, expected 11255"
             ]
         );
@@ -467,6 +540,8 @@ mod tests {
                 "11255",
                 "passed",
                 "NOT_INSTALLED",
+                "-",
+                "-",
                 "-"
             ]
         );
@@ -475,6 +550,63 @@ mod tests {
             "1/3 converged; node-2: connection refused; node-3: user.max_user_namespaces is 0, expected 11255"
         );
         assert!(!pool_converged(&rs, None));
+    }
+
+    #[test]
+    fn pod_userns_and_canary_cells() {
+        use crate::proto::v1::{Canary, CriRuntime, Gvisor, RuntimeHandler, UserNamespaces};
+        let probe = |o: ProbeOutcome, ms: i32| {
+            Some(Probe {
+                outcome: o as i32,
+                duration: Some(pbjson_types::Duration {
+                    seconds: 0,
+                    nanos: ms * 1_000_000,
+                }),
+                ..Probe::default()
+            })
+        };
+        let canary = |h: &str, o, ms| Canary {
+            handler: h.into(),
+            result: probe(o, ms),
+            ..Canary::default()
+        };
+        let mut r = Report::default();
+        assert_eq!((pod_userns_word(&r), canary_cell(&r).as_str()), ("-", "-"));
+        r.canaries = vec![
+            canary("runc", ProbeOutcome::Passed, 120),
+            canary("runsc", ProbeOutcome::Passed, 300),
+        ];
+        assert_eq!(canary_cell(&r), "ok 300ms");
+        r.canaries[1].result = probe(ProbeOutcome::Failed, 5);
+        assert_eq!(canary_cell(&r), "runsc failed");
+        r.canaries[1].result = probe(ProbeOutcome::Skipped, 0);
+        assert_eq!(canary_cell(&r), "runsc not run");
+
+        let passed = || probe(ProbeOutcome::Passed, 1);
+        r.user_namespaces = Some(UserNamespaces {
+            userns_create: passed(),
+            idmap_mount: passed(),
+            runtime_state_idmap: passed(),
+            ..UserNamespaces::default()
+        });
+        let handler = |userns| RuntimeHandler {
+            name: String::new(),
+            user_namespaces: userns,
+            ..RuntimeHandler::default()
+        };
+        r.gvisor = Some(Gvisor {
+            cri: Some(CriRuntime {
+                reachable: true,
+                handlers: vec![handler(Some(true))],
+                ..CriRuntime::default()
+            }),
+            ..Gvisor::default()
+        });
+        assert_eq!(pod_userns_word(&r), "ok");
+        if let Some(c) = r.gvisor.as_mut().and_then(|g| g.cri.as_mut()) {
+            c.handlers = vec![handler(None)];
+        }
+        assert_eq!(pod_userns_word(&r), "no");
     }
 
     #[test]

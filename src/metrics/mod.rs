@@ -84,6 +84,8 @@ pub struct HistogramSnapshot {
 pub struct AgentStats {
     pub observations: u64,
     pub sandbox_probes: u64,
+    /// CRI canaries run.
+    pub canaries: u64,
     /// Requests that asked the owner for a fresh observation.
     pub refreshes: u64,
     /// Watch streams open now.
@@ -93,11 +95,12 @@ pub struct AgentStats {
     pub observation_duration: HistogramSnapshot,
 }
 
-const PROBE_OUTCOMES: [(ProbeOutcome, &str); 4] = [
+const PROBE_OUTCOMES: [(ProbeOutcome, &str); 5] = [
     (ProbeOutcome::Passed, "passed"),
     (ProbeOutcome::Failed, "failed"),
     (ProbeOutcome::Skipped, "skipped"),
     (ProbeOutcome::Error, "error"),
+    (ProbeOutcome::Inconclusive, "inconclusive"),
 ];
 
 const GVISOR_STATES: [(GvisorReadiness, &str); 4] = [
@@ -106,6 +109,10 @@ const GVISOR_STATES: [(GvisorReadiness, &str); 4] = [
     (GvisorReadiness::NotInstalled, "not_installed"),
     (GvisorReadiness::Unknown, "unknown"),
 ];
+
+fn seconds(d: &pbjson_types::Duration) -> f64 {
+    d.seconds as f64 + f64::from(d.nanos) / 1e9
+}
 
 fn bool01(b: bool) -> f64 {
     if b {
@@ -205,8 +212,7 @@ pub fn render(report: &Report, defaults: &DesiredState, agent: &AgentStats) -> S
     e.family(&name, Kind::Gauge, "How long each probe's last run took.");
     for (probe, p) in &probes {
         if let Some(d) = p.and_then(|p| p.duration.as_ref()) {
-            let secs = d.seconds as f64 + f64::from(d.nanos) / 1e9;
-            e.sample(&name, &[("probe", probe)], secs);
+            e.sample(&name, &[("probe", probe)], seconds(d));
         }
     }
 
@@ -245,8 +251,52 @@ pub fn render(report: &Report, defaults: &DesiredState, agent: &AgentStats) -> S
         }
     }
 
-    // Canary series (serve's canary feature) go here: derived from the
-    // report like the ones above.
+    // Only canaries that ran (required by serve's defaults or by a request
+    // the operator allowed): one series set per handler.
+    if !report.canaries.is_empty() {
+        let name = m("canary_outcome");
+        e.family(
+            &name,
+            Kind::Gauge,
+            "1 for the outcome of the last CRI canary per runtime handler, 0 for the other outcomes (skipped: not run, e.g. no sandbox image).",
+        );
+        for c in &report.canaries {
+            let got = c.result.as_ref().map(|p| p.outcome());
+            for (outcome, word) in PROBE_OUTCOMES {
+                e.sample(
+                    &name,
+                    &[("handler", &c.handler), ("outcome", word)],
+                    bool01(got == Some(outcome)),
+                );
+            }
+        }
+        let name = m("canary_duration_seconds");
+        e.family(
+            &name,
+            Kind::Gauge,
+            "How long the last CRI canary per runtime handler took.",
+        );
+        for c in &report.canaries {
+            if let Some(d) = c.result.as_ref().and_then(|p| p.duration.as_ref()) {
+                e.sample(&name, &[("handler", &c.handler)], seconds(d));
+            }
+        }
+        let name = m("canary_last_run_timestamp_seconds");
+        e.family(
+            &name,
+            Kind::Gauge,
+            "When the last CRI canary per runtime handler ran (Unix time).",
+        );
+        for c in &report.canaries {
+            if let Some(t) = c.result.as_ref().and_then(|p| p.ran_at.as_ref()) {
+                e.sample(
+                    &name,
+                    &[("handler", &c.handler)],
+                    t.seconds as f64 + f64::from(t.nanos) / 1e9,
+                );
+            }
+        }
+    }
 
     e.single(
         &m("observations_total"),
@@ -259,6 +309,12 @@ pub fn render(report: &Report, defaults: &DesiredState, agent: &AgentStats) -> S
         Kind::Counter,
         "Observations that ran the gVisor sandbox probe.",
         agent.sandbox_probes as f64,
+    );
+    e.single(
+        &m("canaries_total"),
+        Kind::Counter,
+        "CRI canaries run since the agent started.",
+        agent.canaries as f64,
     );
     e.single(
         &m("refreshes_total"),

@@ -197,6 +197,49 @@ fn pod_userns_per_handler_when_the_defaults_ask() {
 }
 
 #[test]
+fn canaries_per_handler_only_once_one_ran() {
+    let none = render(
+        &report("1"),
+        &DesiredState::default(),
+        &AgentStats::default(),
+    );
+    assert!(!none.contains("canary_outcome"), "{none}");
+
+    let mut r = report("1");
+    r.canaries = vec![
+        crate::proto::v1::Canary {
+            handler: "runc".into(),
+            result: probe(ProbeOutcome::Passed, 120),
+            ..Default::default()
+        },
+        crate::proto::v1::Canary {
+            handler: "runsc".into(),
+            result: probe(ProbeOutcome::Failed, 40),
+            ..Default::default()
+        },
+    ];
+    let stats = AgentStats {
+        canaries: 2,
+        ..AgentStats::default()
+    };
+    let text = render(&r, &DesiredState::default(), &stats);
+    let g = |s: &str| value(&text, &format!("{PREFIX}{s}"));
+    for (series, want) in [
+        ("canary_outcome{handler=\"runc\",outcome=\"passed\"}", "1"),
+        ("canary_outcome{handler=\"runc\",outcome=\"failed\"}", "0"),
+        ("canary_outcome{handler=\"runsc\",outcome=\"failed\"}", "1"),
+        (
+            "canary_outcome{handler=\"runsc\",outcome=\"inconclusive\"}",
+            "0",
+        ),
+        ("canary_duration_seconds{handler=\"runc\"}", "0.12"),
+        ("canaries_total", "2"),
+    ] {
+        assert_eq!(g(series).as_deref(), Some(want), "{series}\n{text}");
+    }
+}
+
+#[test]
 fn histogram_counts_land_in_their_bucket_and_accumulate() {
     let h = DurationHistogram::default();
     h.observe(Duration::from_millis(3));

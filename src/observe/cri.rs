@@ -26,7 +26,7 @@ use std::{
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::net::UnixStream;
-use tonic::transport::{Endpoint, Uri};
+use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::proto::{
     cri::{
@@ -77,20 +77,7 @@ pub async fn observe(endpoint: &str, timeout: Duration) -> CriRuntime {
 /// Connects, calls Version then Status, and fills `out`. The error is the
 /// sentence for `CriRuntime.error`.
 async fn exchange(endpoint: &str, out: &mut CriRuntime) -> Result<(), String> {
-    let path = socket_path(endpoint)?;
-    check_socket(&path).await?;
-
-    let dial_path = path.clone();
-    let connector = tower::service_fn(move |_: Uri| {
-        let p = dial_path.clone();
-        async move { UnixStream::connect(p).await.map(TokioIo::new) }
-    });
-    // The URI is a placeholder required by tonic; the connector ignores it.
-    let channel = Endpoint::try_from("http://[::]")
-        .map_err(|e| format!("internal: bad placeholder URI: {e}"))?
-        .connect_with_connector(connector)
-        .await
-        .map_err(|e| connect_error(&path, &e))?;
+    let (path, channel) = connect(endpoint).await?;
     let mut client = RuntimeServiceClient::new(channel);
 
     let version = client
@@ -111,6 +98,27 @@ async fn exchange(endpoint: &str, out: &mut CriRuntime) -> Result<(), String> {
         .map_err(|s| status_error(&path, "Status", &s))?
         .into_inner();
     fill_status(out, status)
+}
+
+/// Connects to the CRI socket at `endpoint` (`unix:///path` or an absolute
+/// path): its path and a channel both CRI services can use. The error is a
+/// sentence. No deadline of its own: callers run it under theirs.
+pub async fn connect(endpoint: &str) -> Result<(PathBuf, Channel), String> {
+    let path = socket_path(endpoint)?;
+    check_socket(&path).await?;
+
+    let dial_path = path.clone();
+    let connector = tower::service_fn(move |_: Uri| {
+        let p = dial_path.clone();
+        async move { UnixStream::connect(p).await.map(TokioIo::new) }
+    });
+    // The URI is a placeholder required by tonic; the connector ignores it.
+    let channel = Endpoint::try_from("http://[::]")
+        .map_err(|e| format!("internal: bad placeholder URI: {e}"))?
+        .connect_with_connector(connector)
+        .await
+        .map_err(|e| connect_error(&path, &e))?;
+    Ok((path, channel))
 }
 
 /// Copies conditions and handlers out of a Status response. The error, if
@@ -343,7 +351,7 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     parts.join(": ")
 }
 
-fn status_error(path: &Path, rpc: &str, s: &tonic::Status) -> String {
+pub fn status_error(path: &Path, rpc: &str, s: &tonic::Status) -> String {
     // tonic turns local transport failures (the peer hung up, a broken
     // HTTP/2 stream) into a Status with a source; the runtime never sent
     // that status, so say what really happened.

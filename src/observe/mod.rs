@@ -8,6 +8,7 @@
 //! is computed once, by [`crate::report::derive()`]. Host files and child
 //! processes are touched only through [`crate::hostio`].
 
+pub mod canary;
 pub mod cri;
 pub mod gvisor;
 pub mod node;
@@ -42,6 +43,8 @@ pub struct ObserveConfig {
     /// Report the raw machine id too (`serve --expose-machine-id`); its
     /// app-specific hash is always reported.
     pub expose_machine_id: bool,
+    /// How a CRI canary runs (on the CRI at `gvisor.cri_endpoint`).
+    pub canary: canary::CanaryConfig,
 }
 
 /// Where gVisor and the CRI runtime are, and how long to wait for them.

@@ -38,6 +38,11 @@ pub fn fingerprint(report: &Report) -> String {
             c.duration = None;
         }
     }
+    // A canary's sandbox id is new on every run, like its times.
+    for c in &mut r.canaries {
+        strip_probe(c.result.as_mut());
+        c.sandbox_id.clear();
+    }
     let digest = ring::digest::digest(&ring::digest::SHA256, &r.encode_to_vec());
     digest.as_ref()[..16]
         .iter()
@@ -107,6 +112,7 @@ pub fn outcome_word(p: Option<&Probe>) -> &'static str {
         Some(ProbeOutcome::Failed) => "failed",
         Some(ProbeOutcome::Skipped) => "skipped",
         Some(ProbeOutcome::Error) => "error",
+        Some(ProbeOutcome::Inconclusive) => "inconclusive",
         Some(ProbeOutcome::Unspecified) | None => "not run",
     }
 }

@@ -127,6 +127,14 @@ pub struct Options {
     pub runsc_config: String,
     /// The runc runtime's `BinaryName`; the installed runc when `None`.
     pub runc_binary: Option<PathBuf>,
+    /// The runtime's sandbox (pause) image: 1.x `sandbox_image`, 2.x the
+    /// pinned `sandbox` image. Unset: the runtime's default.
+    pub sandbox_image: Option<String>,
+    /// `restrict_oom_score_adj = true`: this VM's root lacks
+    /// CAP_SYS_RESOURCE, so a sandbox's default oom_score_adj (-998) cannot
+    /// be set and runc fails with "can't get final child's PID from pipe:
+    /// EOF". A real node has the capability; pod sandboxes need this here.
+    pub restrict_oom_score_adj: bool,
 }
 
 impl Options {
@@ -155,6 +163,14 @@ impl Options {
     /// The runc runtime runs this binary (`BinaryName`).
     pub fn runc_binary(mut self, runc: PathBuf) -> Self {
         self.runc_binary = Some(runc);
+        self
+    }
+
+    /// Pod sandboxes can start: `image` is the sandbox image, and the
+    /// oom_score_adj this VM cannot set is restricted (see the field).
+    pub fn pod_sandboxes(mut self, image: &str) -> Self {
+        self.sandbox_image = Some(image.to_string());
+        self.restrict_oom_score_adj = true;
         self
     }
 }
@@ -237,7 +253,7 @@ impl Containerd {
                 &socket,
                 &ttrpc,
                 runsc_config_path.as_deref(),
-                opts.runc_binary.as_deref(),
+                &opts,
             ),
             Version::V2 => {
                 let drop_in = runsc_config_path.as_deref().map(|cfg| {
@@ -245,13 +261,7 @@ impl Containerd {
                     write(&part, &gvisor_part(cfg));
                     part
                 });
-                config_toml_v3(
-                    &dir_path,
-                    &socket,
-                    &ttrpc,
-                    drop_in.as_deref(),
-                    opts.runc_binary.as_deref(),
-                )
+                config_toml_v3(&dir_path, &socket, &ttrpc, drop_in.as_deref(), &opts)
             }
         };
         write(&config_path, &config);
@@ -531,9 +541,16 @@ fn config_toml(
     socket: &Path,
     ttrpc: &Path,
     runsc_config: Option<&Path>,
-    runc_binary: Option<&Path>,
+    opts: &Options,
 ) -> String {
     let d = dir.display();
+    let mut cri_extra = String::new();
+    if let Some(image) = &opts.sandbox_image {
+        cri_extra.push_str(&format!("  sandbox_image = \"{image}\"\n"));
+    }
+    if opts.restrict_oom_score_adj {
+        cri_extra.push_str("  restrict_oom_score_adj = true\n");
+    }
     let mut toml = format!(
         r#"version = 2
 root = "{d}/root"
@@ -563,7 +580,7 @@ disabled_plugins = [
   netns_mounts_under_state_dir = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
-
+{cri_extra}
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{d}/cni/bin"
     conf_dir = "{d}/cni/net.d"
@@ -580,7 +597,7 @@ disabled_plugins = [
         socket = socket.display(),
         ttrpc = ttrpc.display(),
     );
-    if let Some(runc) = runc_binary {
+    if let Some(runc) = &opts.runc_binary {
         toml.push_str(&format!("        BinaryName = \"{}\"\n", runc.display()));
     }
     if let Some(cfg) = runsc_config {
@@ -624,7 +641,7 @@ fn config_toml_v3(
     socket: &Path,
     ttrpc: &Path,
     drop_in: Option<&Path>,
-    runc_binary: Option<&Path>,
+    opts: &Options,
 ) -> String {
     let d = dir.display();
     let imports = drop_in
@@ -662,6 +679,7 @@ disabled_plugins = [
   stream_server_port = "0"
 
 [plugins."io.containerd.cri.v1.runtime"]
+  restrict_oom_score_adj = {restrict}
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = ["{d}/cni/bin"]
     conf_dir = "{d}/cni/net.d"
@@ -677,9 +695,15 @@ disabled_plugins = [
 "#,
         socket = socket.display(),
         ttrpc = ttrpc.display(),
+        restrict = opts.restrict_oom_score_adj,
     );
-    if let Some(runc) = runc_binary {
+    if let Some(runc) = &opts.runc_binary {
         toml.push_str(&format!("        BinaryName = \"{}\"\n", runc.display()));
+    }
+    if let Some(image) = &opts.sandbox_image {
+        toml.push_str(&format!(
+            "\n[plugins.\"io.containerd.cri.v1.images\".pinned_images]\n  sandbox = \"{image}\"\n"
+        ));
     }
     toml
 }

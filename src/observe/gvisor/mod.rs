@@ -49,6 +49,10 @@ const CAPTURE: Capture = Capture {
     kill_group_after_exit: false,
 };
 
+/// How the sandbox probe's message starts when runsc cannot run where the
+/// agent runs (evaluation lets a CRI canary stand in for it then).
+pub const CANNOT_RUN_HERE: &str = "runsc cannot start a sandbox where the agent runs";
+
 /// Default `runsc` location: where the Talos gVisor extension installs it.
 pub fn default_runsc_path(host: &HostPaths) -> PathBuf {
     host.default_bin_dir().join(RUNSC)
@@ -128,7 +132,7 @@ impl GvisorObserver {
             skipped(why)
         } else if !blockers.is_empty() {
             skipped(format!(
-                "runsc cannot start a sandbox where the agent runs, whatever the node can do: {}",
+                "{CANNOT_RUN_HERE}, whatever the node can do: {}",
                 blockers.join("; ")
             ))
         } else if scope.sandbox {

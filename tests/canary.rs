@@ -1,0 +1,499 @@
+//! The CRI canary against a real runtime: sid's containerd 2.1 (and, for
+//! the 1.x way of naming the sandbox image, bookworm's 1.6) with a pause
+//! image built here from busybox-static (umoci), imported the way the CRI
+//! would have pulled it. Every case lists the runtime's sandboxes through
+//! the CRI afterwards: the canary must never leave one behind.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod support;
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use tonic::Code;
+
+use sandbox_readiness::{
+    observe::canary::LABEL,
+    proto::{
+        cri::{runtime_service_client::RuntimeServiceClient, ListPodSandboxRequest},
+        v1::{
+            readiness_service_client::ReadinessServiceClient, CheckRequest, DesiredState,
+            ProbeOutcome,
+        },
+    },
+};
+use support::containerd::{Containerd, Options, Version};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sandbox-readiness");
+const PAUSE: &str = "registry.k8s.io/pause:3.10";
+
+/// The pause image as an OCI archive in `dir` (the runtime's own
+/// directory, removed with it): busybox-static sleeping forever.
+fn pause_archive(dir: &Path) -> PathBuf {
+    let dir = dir.join("pause");
+    let layout = dir.join("layout");
+    let image = format!("{}:3.10", layout.display());
+    let bundle = dir.join("bundle");
+    let sh = |args: &[&str]| {
+        let st = Command::new("umoci")
+            .args(args)
+            .status()
+            .unwrap_or_else(|e| panic!("umoci: {e} (scripts/install-test-deps.sh installs it)"));
+        assert!(st.success(), "umoci {args:?}: {st}");
+    };
+    sh(&["init", "--layout", layout.to_str().unwrap()]);
+    sh(&["new", "--image", &image]);
+    sh(&["unpack", "--image", &image, bundle.to_str().unwrap()]);
+    std::fs::create_dir_all(bundle.join("rootfs/bin")).unwrap();
+    std::fs::copy("/bin/busybox", bundle.join("rootfs/bin/busybox"))
+        .expect("busybox-static (scripts/install-test-deps.sh installs it)");
+    sh(&["repack", "--image", &image, bundle.to_str().unwrap()]);
+    sh(&[
+        "config",
+        "--image",
+        &image,
+        "--config.entrypoint",
+        "/bin/busybox",
+        "--config.cmd",
+        "sleep",
+        "--config.cmd",
+        "2147483647",
+    ]);
+    let archive = dir.join("pause.tar");
+    let st = Command::new("tar")
+        .arg("-C")
+        .arg(&layout)
+        .arg("-cf")
+        .arg(&archive)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    archive
+}
+
+/// Imports the pause image into the runtime's CRI namespace, labelled
+/// pinned as containerd labels the sandbox image it pulls itself.
+fn import_pause(ctd: &Containerd) {
+    let mut cmd = ctd.ctr();
+    cmd.args([
+        "-n",
+        "k8s.io",
+        "images",
+        "import",
+        "--base-name",
+        "registry.k8s.io/pause",
+    ]);
+    if ctd.version() == Version::V2 {
+        cmd.args(["--label", "io.cri-containerd.pinned=pinned"]);
+    }
+    let out = cmd.arg(pause_archive(ctd.dir())).output().unwrap();
+    assert!(
+        out.status.success(),
+        "ctr import: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// containerd 2.1 that can start pod sandboxes (runc, runsc registered
+/// without its shim, as Debian ships none).
+fn containerd2(with_image: bool) -> Containerd {
+    let ctd = Containerd::start(Options::containerd2_with_runsc().pod_sandboxes(PAUSE));
+    if with_image {
+        import_pause(&ctd);
+    }
+    ctd
+}
+
+/// `probe --cri-endpoint … ARGS -o json`: exit code and the document.
+fn probe(ctd: &Containerd, args: &[&str]) -> (i32, serde_json::Value) {
+    let out = Command::new(BIN)
+        .args(["probe", "-o", "json", "--cri-endpoint", &ctd.endpoint()])
+        .args(args)
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    let doc = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    (out.status.code().unwrap_or(-1), doc)
+}
+
+fn canary<'a>(doc: &'a serde_json::Value, handler: &str) -> &'a serde_json::Value {
+    doc["report"]["canaries"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["handler"] == handler))
+        .unwrap_or_else(|| panic!("no canary for {handler}: {doc:#}"))
+}
+
+fn codes(doc: &serde_json::Value) -> Vec<String> {
+    doc["verdict"]["findings"]
+        .as_array()
+        .map(|f| {
+            f.iter()
+                .map(|f| f["code"].as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Sandboxes carrying the canary label, listed through the CRI without a
+/// filter (a runtime ignoring filters must not hide one).
+async fn labelled_sandboxes(ctd: &Containerd) -> Result<Vec<String>, String> {
+    let socket = ctd.socket().to_path_buf();
+    let channel = tonic::transport::Endpoint::try_from("http://[::]")
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_| {
+            let s = socket.clone();
+            async move {
+                tokio::net::UnixStream::connect(s)
+                    .await
+                    .map(hyper_util::rt::TokioIo::new)
+            }
+        }))
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut client = RuntimeServiceClient::new(channel);
+    let list = client.list_pod_sandbox(ListPodSandboxRequest::default());
+    let items = tokio::time::timeout(Duration::from_secs(2), list)
+        .await
+        .map_err(|_| "ListPodSandbox did not answer".to_string())?
+        .map_err(|s| s.to_string())?
+        .into_inner()
+        .items;
+    Ok(items
+        .into_iter()
+        .filter(|s| s.labels.contains_key(LABEL))
+        .map(|s| s.id)
+        .collect())
+}
+
+fn assert_nothing_left(ctd: &Containerd) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let left = rt.block_on(labelled_sandboxes(ctd)).unwrap();
+    assert!(left.is_empty(), "canary sandboxes left behind: {left:?}");
+}
+
+fn require_canary(handler: &str) -> CheckRequest {
+    CheckRequest {
+        desired: Some(DesiredState {
+            require_canary: vec![handler.to_string()],
+            ..DesiredState::default()
+        }),
+        refresh: false,
+    }
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    let pid = libc::pid_t::try_from(pid).unwrap();
+    assert!(pid > 0);
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
+#[test]
+fn runc_canary_starts_and_removes_a_pod_sandbox() {
+    let ctd = containerd2(true);
+    let (code, doc) = probe(&ctd, &["--require-canary", "runc"]);
+    let c = canary(&doc, "runc");
+    assert_eq!(code, 0, "{doc:#}\n{}", ctd.log());
+    assert_eq!(c["result"]["outcome"], "PROBE_OUTCOME_PASSED", "{c:#}");
+    assert_eq!(c["image"], PAUSE, "{c:#}");
+    assert!(!c["sandboxId"].as_str().unwrap().is_empty(), "{c:#}");
+    assert!(c["result"]["duration"].as_str().is_some(), "{c:#}");
+    assert!(codes(&doc).is_empty(), "{doc:#}");
+    assert_nothing_left(&ctd);
+}
+
+#[test]
+fn runsc_canary_fails_naming_the_missing_shim() {
+    let ctd = containerd2(true);
+    let (code, doc) = probe(&ctd, &["--require-canary", "runsc"]);
+    assert_eq!(code, 1, "{doc:#}");
+    let c = canary(&doc, "runsc");
+    assert_eq!(c["result"]["outcome"], "PROBE_OUTCOME_FAILED", "{c:#}");
+    assert!(
+        c["runtimeError"]
+            .as_str()
+            .unwrap()
+            .contains("containerd-shim-runsc-v1"),
+        "{c:#}"
+    );
+    let finding = &doc["verdict"]["findings"][0];
+    assert_eq!(finding["code"], "CANARY_FAILED", "{doc:#}");
+    let msg = finding["message"].as_str().unwrap();
+    assert!(msg.contains("handler runsc"), "{msg}");
+    assert!(msg.contains("containerd-shim-runsc-v1"), "{msg}");
+    assert_nothing_left(&ctd);
+}
+
+#[test]
+fn an_absent_sandbox_image_means_not_run_not_failed() {
+    let ctd = containerd2(false);
+    let (code, doc) = probe(&ctd, &["--require-canary", "runc"]);
+    assert_eq!(code, 1, "{doc:#}");
+    let c = canary(&doc, "runc");
+    assert_eq!(c["result"]["outcome"], "PROBE_OUTCOME_SKIPPED", "{c:#}");
+    let msg = c["result"]["message"].as_str().unwrap();
+    assert!(msg.contains("--canary-pull"), "{msg}");
+    assert_eq!(codes(&doc), ["CANARY_NOT_RUN"], "{doc:#}");
+    assert_nothing_left(&ctd);
+}
+
+#[test]
+fn containerd_1_6_names_its_sandbox_image_in_status() {
+    // 1.x says `sandboxImage` in its verbose Status; absent from the store,
+    // the canary names it.
+    let ctd = Containerd::start(Options::runc_only().pod_sandboxes(PAUSE));
+    let (code, doc) = probe(&ctd, &["--require-canary", "runc"]);
+    assert_eq!(code, 1, "{doc:#}");
+    let c = canary(&doc, "runc");
+    assert_eq!(c["result"]["outcome"], "PROBE_OUTCOME_SKIPPED", "{c:#}");
+    let msg = c["result"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains(&format!("sandbox image {PAUSE} is not")),
+        "{msg}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_runs_only_allowed_canaries_and_at_most_once_per_interval() {
+    let ctd = containerd2(true);
+    let agent = common::Agent::start(
+        None,
+        &["--cri-endpoint", &ctd.endpoint(), "--allow-canary", "runc"],
+    );
+    let mut client = ReadinessServiceClient::new(common::connect(&agent.url()).await);
+
+    let refused = client.check(require_canary("runsc")).await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert!(
+        refused.message().contains("--allow-canary runsc"),
+        "{}",
+        refused.message()
+    );
+
+    let first = client
+        .check(require_canary("runc"))
+        .await
+        .unwrap()
+        .into_inner();
+    let verdict = first.verdict.unwrap();
+    assert!(verdict.converged, "{verdict:?}");
+    let report = first.report.unwrap();
+    let c = report
+        .canaries
+        .iter()
+        .find(|c| c.handler == "runc")
+        .unwrap();
+    let result = c.result.as_ref().unwrap();
+    assert_eq!(result.outcome(), ProbeOutcome::Passed, "{c:?}");
+    assert_eq!(report.agent.as_ref().unwrap().canaries, 1);
+
+    // Within --canary-interval (10 min by default): the same run.
+    let second = client
+        .check(require_canary("runc"))
+        .await
+        .unwrap()
+        .into_inner();
+    let report2 = second.report.unwrap();
+    let c2 = report2
+        .canaries
+        .iter()
+        .find(|c| c.handler == "runc")
+        .unwrap();
+    assert_eq!(c2.result.as_ref().unwrap().ran_at, result.ran_at);
+    assert_eq!(report2.agent.as_ref().unwrap().canaries, 1);
+    // Nothing ran for runsc, and nothing is left.
+    assert!(report2.canaries.iter().all(|c| c.handler != "runsc"));
+    assert!(labelled_sandboxes(&ctd).await.unwrap().is_empty());
+}
+
+/// A runc that waits before `create` until the test lets it go: a
+/// RunPodSandbox that is certainly in flight when containerd is stopped.
+fn held_runc(dir: &Path) -> PathBuf {
+    let runc = common::on_path("runc").expect("runc");
+    let wrapper = dir.join("runc-held");
+    let script = format!(
+        "#!/bin/sh\ncase \" $* \" in *\" create \"*) : > {d}/waiting; while [ ! -e {d}/go ]; do sleep 0.05; done;; esac\nexec {runc} \"$@\"\n",
+        d = dir.display(),
+        runc = runc.display()
+    );
+    std::fs::write(&wrapper, script).unwrap();
+    let mut perm = std::fs::metadata(&wrapper).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&wrapper, perm).unwrap();
+    wrapper
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_cri_gives_a_finding_in_time_and_nothing_is_left_after() {
+    let hold = tempfile::tempdir().unwrap();
+    let ctd = Containerd::start(
+        Options::containerd2_with_runsc()
+            .pod_sandboxes(PAUSE)
+            .runc_binary(held_runc(hold.path())),
+    );
+    import_pause(&ctd);
+    let agent = common::Agent::start(
+        None,
+        &[
+            "--cri-endpoint",
+            &ctd.endpoint(),
+            "--allow-canary",
+            "runc",
+            "--canary-timeout",
+            "3s",
+        ],
+    );
+    let mut client = ReadinessServiceClient::new(common::connect(&agent.url()).await);
+    let asked = Instant::now();
+    let check = tokio::spawn(async move { client.check(require_canary("runc")).await });
+    // RunPodSandbox is in flight (runc create waits); now the CRI stops.
+    let waiting = hold.path().join("waiting");
+    common::wait_until_async(Duration::from_secs(10), "runc create to start", || {
+        let w = waiting.clone();
+        async move { w.exists() }
+    })
+    .await;
+    let pid = ctd.pid().unwrap();
+    signal(pid, libc::SIGSTOP);
+    std::fs::write(hold.path().join("go"), "").unwrap();
+
+    let answer = tokio::time::timeout(Duration::from_secs(10), check)
+        .await
+        .expect("the Check did not answer while the CRI was stopped")
+        .unwrap();
+    let elapsed = asked.elapsed();
+    signal(pid, libc::SIGCONT);
+    let resp = answer.unwrap().into_inner();
+    let verdict = resp.verdict.unwrap();
+    assert!(!verdict.converged);
+    let f = &verdict.findings[0];
+    assert_eq!(f.code, "CANARY_FAILED", "{verdict:?}");
+    assert!(
+        f.message.contains("did not finish within 3s"),
+        "{}",
+        f.message
+    );
+    assert!(elapsed < Duration::from_secs(8), "{elapsed:?}");
+
+    // The runtime finishes the late RunPodSandbox; the agent then removes
+    // that sandbox by itself.
+    common::wait_until(
+        Duration::from_secs(20),
+        "the late RunPodSandbox to return",
+        || ctd.log().contains("returns sandbox id"),
+    );
+    let mut left = Vec::new();
+    for _ in 0..100 {
+        left = labelled_sandboxes(&ctd).await.unwrap();
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(left.is_empty(), "left behind: {left:?}\n{}", ctd.log());
+}
+
+/// Flags that make `runsc do` unable to run where the agent runs (an empty
+/// self root: no cgroup filesystem, no `true`), as inside the extension
+/// container, with the runtime's directory as the host tree (its gVisor
+/// drop-in registers runsc with runtime type io.containerd.runsc.v1).
+fn runsc_cannot_run_here(ctd: &Containerd, self_root: &Path) -> Vec<String> {
+    [
+        "--host-root",
+        ctd.dir().to_str().unwrap(),
+        "--cri-endpoint",
+        &ctd.endpoint(),
+        "--runsc-path",
+        "/usr/bin/runsc",
+        "--self-root-for-tests",
+        self_root.to_str().unwrap(),
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+#[test]
+fn probe_lets_the_gvisor_canary_stand_in_for_the_sandbox_probe() {
+    let ctd = containerd2(true);
+    let self_root = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["probe", "-o", "json", "--require-sandbox-probe"])
+        .args(runsc_cannot_run_here(&ctd, self_root.path()))
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{doc:#}");
+    // runsc's canary ran (runc's did not: not a gVisor handler) and its
+    // failure is the sandbox probe's.
+    let handlers: Vec<&str> = doc["report"]["canaries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["handler"].as_str().unwrap())
+        .collect();
+    assert_eq!(handlers, ["runsc"], "{doc:#}");
+    let f = &doc["verdict"]["findings"][0];
+    assert_eq!(f["code"], "SANDBOX_PROBE_FAILED", "{doc:#}");
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .contains("containerd-shim-runsc-v1"),
+        "{f:#}"
+    );
+    assert_nothing_left(&ctd);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_runs_the_stand_in_canary_only_when_allowed() {
+    let ctd = containerd2(true);
+    let self_root = tempfile::tempdir().unwrap();
+    let args = runsc_cannot_run_here(&ctd, self_root.path());
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let ask = |agent: &common::Agent| {
+        let url = agent.url();
+        async move {
+            let mut client = ReadinessServiceClient::new(common::connect(&url).await);
+            let req = CheckRequest {
+                desired: Some(DesiredState {
+                    require_sandbox_probe: true,
+                    ..DesiredState::default()
+                }),
+                refresh: false,
+            };
+            client.check(req).await.unwrap().into_inner()
+        }
+    };
+
+    let not_allowed = common::Agent::start(None, &args);
+    let resp = ask(&not_allowed).await;
+    let report = resp.report.unwrap();
+    assert!(report.canaries.is_empty(), "{:?}", report.canaries);
+    let f = &resp.verdict.unwrap().findings[0];
+    assert_eq!(f.code, "SANDBOX_PROBE_NOT_RUN", "{f:?}");
+    assert!(f.message.contains("--allow-canary"), "{}", f.message);
+    assert!(f.message.contains("runsc"), "{}", f.message);
+
+    args.extend(["--allow-canary", "runsc"]);
+    let allowed = common::Agent::start(None, &args);
+    let resp = ask(&allowed).await;
+    let report = resp.report.unwrap();
+    assert_eq!(report.canaries.len(), 1, "{:?}", report.canaries);
+    assert_eq!(
+        report.canaries[0].result.as_ref().unwrap().outcome(),
+        ProbeOutcome::Failed
+    );
+    let f = &resp.verdict.unwrap().findings[0];
+    assert_eq!(f.code, "SANDBOX_PROBE_FAILED", "{f:?}");
+    assert!(labelled_sandboxes(&ctd).await.unwrap().is_empty());
+}
