@@ -16,6 +16,9 @@
 //!   [`pool::Change`]);
 //! - [`wait`]: [`wait::PoolWatch`] keeps one `Watch` stream per node of a
 //!   changing node set and reports [`pool::Change`]s;
+//! - [`poll`]: [`poll::Poller`] asks every node once per round, sending
+//!   the token of its last answer so an unchanged agent answers in a few
+//!   bytes (for controllers that poll rather than watch);
 //! - [`render`]: the table, summary line, JSON document and progress.
 //!
 //! [`prepare`] turns a [`CheckConfig`] into a [`Plan`] (every check that
@@ -24,6 +27,7 @@
 pub mod client;
 mod dial;
 pub mod nodes;
+pub mod poll;
 pub mod pool;
 pub mod render;
 pub mod result;
