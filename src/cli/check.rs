@@ -348,27 +348,19 @@ async fn run_wait(args: &CheckArgs, plan: Plan, limit: Duration) -> Outcome {
         None => (None, None),
     };
     // The expected count, re-read like the node list (stdin only once).
-    let (mut expect_rx, expect_task) = match (args.expect_from.clone(), args.expect_cmd.clone()) {
-        (Some(path), _) if path.as_os_str() != "-" => {
-            let (rx, t) = relist(every, move || {
-                let path = path.clone();
-                async move {
-                    tokio::task::spawn_blocking(move || source::read_expect_from(&path))
-                        .await
-                        .unwrap_or_else(|e| Err(format!("--expect-from: {e}")))
-                }
-            });
-            (Some(rx), Some(t))
-        }
-        (None, Some(cmd)) => {
+    let expect_source =
+        source::ExpectSource::from_flags(args.expect_from.as_ref(), args.expect_cmd.as_ref())
+            .filter(|s| *s != source::ExpectSource::File("-".into()));
+    let (mut expect_rx, expect_task) = match expect_source {
+        Some(src) => {
             let limit = args.nodes_cmd_timeout;
             let (rx, t) = relist(every, move || {
-                let cmd = cmd.clone();
-                async move { source::run_expect_cmd(&cmd, limit).await }
+                let src = src.clone();
+                async move { source::read_expected(&src, limit).await }
             });
             (Some(rx), Some(t))
         }
-        _ => (None, None),
+        None => (None, None),
     };
     async fn next_listing<T>(
         rx: &mut Option<mpsc::Receiver<Result<T, String>>>,

@@ -166,9 +166,19 @@ impl Client {
         desired: &DesiredState,
         refresh: bool,
     ) -> NodeResult {
-        self.check_node_since(node, desired, refresh, None)
+        let _slot = self.slot().await;
+        let started = Instant::now();
+        let deadline = started + self.opts.timeout;
+        let outcome = self
+            .ask(node, desired, refresh, None, deadline)
             .await
-            .result
+            .map(|(answer, _, _)| answer);
+        NodeResult {
+            node: node.clone(),
+            outcome,
+            elapsed: started.elapsed(),
+            boot_id_changes: 0,
+        }
     }
 
     /// [`Self::check_node`], sending the token of `seen` (the node's last
@@ -249,11 +259,16 @@ impl Client {
         desired: &DesiredState,
         refresh: bool,
     ) -> Vec<NodeResult> {
-        self.check_nodes_since(nodes, desired, refresh, &HashMap::new())
-            .await
-            .into_iter()
-            .map(|p| p.result)
-            .collect()
+        let desired = Arc::new(desired.clone());
+        self.each(
+            nodes,
+            |node| {
+                let (client, node, desired) = (self.clone(), node.clone(), Arc::clone(&desired));
+                async move { client.check_node(&node, &desired, refresh).await }
+            },
+            lost,
+        )
+        .await
     }
 
     /// [`Self::check_nodes`] with each node's last full answer, as
@@ -266,45 +281,70 @@ impl Client {
         seen: &HashMap<Node, Arc<Seen>>,
     ) -> Vec<Polled> {
         let desired = Arc::new(desired.clone());
+        self.each(
+            nodes,
+            |node| {
+                let (client, desired) = (self.clone(), Arc::clone(&desired));
+                let (node, last) = (node.clone(), seen.get(node).cloned());
+                async move {
+                    client
+                        .check_node_since(&node, &desired, refresh, last.as_deref())
+                        .await
+                }
+            },
+            |node| Polled {
+                result: lost(node),
+                token: String::new(),
+                unchanged: false,
+            },
+        )
+        .await
+    }
+
+    /// Runs `ask` for every node at once (each call takes its own
+    /// `parallel` slot); results in the order given, `lost(node)` for a
+    /// task that failed. Generic so the binary carries only the variant it
+    /// calls.
+    async fn each<R, Fut>(
+        &self,
+        nodes: &[Node],
+        ask: impl Fn(&Node) -> Fut,
+        lost: impl Fn(&Node) -> R,
+    ) -> Vec<R>
+    where
+        R: Send + 'static,
+        Fut: std::future::Future<Output = R> + Send + 'static,
+    {
         let mut set = JoinSet::new();
         let mut index = HashMap::with_capacity(nodes.len());
         for (i, node) in nodes.iter().enumerate() {
-            let (client, desired) = (self.clone(), Arc::clone(&desired));
-            let last = seen.get(node).cloned();
-            let node = node.clone();
-            let handle = set.spawn(async move {
-                client
-                    .check_node_since(&node, &desired, refresh, last.as_deref())
-                    .await
-            });
-            index.insert(handle.id(), i);
+            index.insert(set.spawn(ask(node)).id(), i);
         }
-        let mut out: Vec<Option<Polled>> = vec![None; nodes.len()];
+        let mut out: Vec<Option<R>> = std::iter::repeat_with(|| None).take(nodes.len()).collect();
         while let Some(joined) = set.join_next_with_id().await {
             let (id, result) = match joined {
                 Ok((id, r)) => (id, Some(r)),
                 Err(e) => (e.id(), None),
             };
             let Some(&i) = index.get(&id) else { continue };
-            let result = result.or_else(|| {
-                nodes.get(i).map(|n| Polled {
-                    result: NodeResult {
-                        node: n.clone(),
-                        outcome: Err(AskError::Internal(
-                            "the task asking this node failed".into(),
-                        )),
-                        elapsed: Duration::ZERO,
-                        boot_id_changes: 0,
-                    },
-                    token: String::new(),
-                    unchanged: false,
-                })
-            });
+            let result = result.or_else(|| nodes.get(i).map(&lost));
             if let Some(slot) = out.get_mut(i) {
                 *slot = result;
             }
         }
         out.into_iter().flatten().collect()
+    }
+}
+
+/// The result for a node whose task failed.
+fn lost(node: &Node) -> NodeResult {
+    NodeResult {
+        node: node.clone(),
+        outcome: Err(AskError::Internal(
+            "the task asking this node failed".into(),
+        )),
+        elapsed: Duration::ZERO,
+        boot_id_changes: 0,
     }
 }
 

@@ -75,10 +75,10 @@ pub fn parse_replicas(text: &str, origin: &str) -> Result<usize, ExpectError> {
             "MachineDeployment {name:?} has spec.replicas 0: no nodes to check"
         ))),
         Some(n) => Ok(n),
-        None => Err(err(format!(
-            "MachineDeployment {name:?}: spec.replicas {} is not a count",
-            replicas.to_string().chars().take(40).collect::<String>()
-        ))),
+        None => Err(err(match replicas.as_i64() {
+            Some(n) => format!("MachineDeployment {name:?}: spec.replicas {n} is not a count"),
+            None => format!("MachineDeployment {name:?}: spec.replicas is not a count"),
+        })),
     }
 }
 

@@ -220,14 +220,15 @@ pub async fn prepare(cfg: &CheckConfig) -> Result<Plan, CheckError> {
             .map_err(CheckError::Source)?,
         None => Vec::new(),
     };
-    let expected = match (&cfg.expect_from, &cfg.expect_cmd) {
-        (Some(path), _) => Some(source::read_expect_from(path).map_err(CheckError::Source)?),
-        (None, Some(cmd)) => Some(
-            source::run_expect_cmd(cmd, cfg.nodes_cmd_timeout)
+    let expect =
+        source::ExpectSource::from_flags(cfg.expect_from.as_ref(), cfg.expect_cmd.as_ref());
+    let expected = match expect {
+        Some(s) => Some(
+            source::read_expected(&s, cfg.nodes_cmd_timeout)
                 .await
                 .map_err(CheckError::Source)?,
         ),
-        (None, None) => cfg.expect_nodes.and_then(|n| usize::try_from(n).ok()),
+        None => cfg.expect_nodes.and_then(|n| usize::try_from(n).ok()),
     };
     let plaintext_local_only = matches!(
         transport,

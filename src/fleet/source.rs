@@ -2,7 +2,10 @@
 //! and `--nodes-cmd`/`--expect-cmd` (a shell command under a timeout, killed
 //! with its whole process group), all through [`hostio`].
 
-use std::{path::Path, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use tokio::process::Command;
 
@@ -49,6 +52,40 @@ pub fn read_expect_from(path: &Path) -> Result<usize, String> {
     let text = read_capped(path, "--expect-from")?;
     let origin = format!("--expect-from {}", path.display());
     expect::parse_replicas(&text, &origin).map_err(|e| e.to_string())
+}
+
+/// Where the expected count comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExpectSource {
+    /// `--expect-from FILE|-`.
+    File(PathBuf),
+    /// `--expect-cmd CMD`.
+    Cmd(String),
+}
+
+impl ExpectSource {
+    /// From `--expect-from` and `--expect-cmd` (clap lets only one through).
+    pub fn from_flags(from: Option<&PathBuf>, cmd: Option<&String>) -> Option<Self> {
+        match (from, cmd) {
+            (Some(path), _) => Some(ExpectSource::File(path.clone())),
+            (None, Some(cmd)) => Some(ExpectSource::Cmd(cmd.clone())),
+            (None, None) => None,
+        }
+    }
+}
+
+/// Reads the expected count: a file off the runtime thread, a command
+/// under `limit`.
+pub async fn read_expected(source: &ExpectSource, limit: Duration) -> Result<usize, String> {
+    match source {
+        ExpectSource::File(path) => {
+            let path = path.clone();
+            tokio::task::spawn_blocking(move || read_expect_from(&path))
+                .await
+                .unwrap_or_else(|e| Err(format!("--expect-from: {e}")))
+        }
+        ExpectSource::Cmd(cmd) => run_expect_cmd(cmd, limit).await,
+    }
 }
 
 /// Runs `--expect-cmd` like `--nodes-cmd` and returns the `spec.replicas`
