@@ -490,6 +490,10 @@ fn bad_expected_counts_are_one_line_and_exit_2_before_asking() {
             args(&["--expect-cmd", "echo '{}'"]),
             "--expect-cmd output: expected a MachineDeployment".into(),
         ),
+        (
+            args(&["--kube-nodes", "-", "--expect-from", "-"]),
+            "--kube-nodes and --expect-from cannot both read stdin".into(),
+        ),
     ];
     // A node that refuses: nothing is printed for it when nothing is asked.
     let node = format!("127.0.0.1:{}", common::refused_port());
