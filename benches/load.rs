@@ -219,6 +219,7 @@ async fn call(rpc: Rpc, ch: &Channel) -> Result<Option<Report>, tonic::Status> {
             let req = GetReportRequest {
                 refresh: rpc == Rpc::Refresh,
                 sandbox_probe: rpc == Rpc::Sandbox,
+                ..GetReportRequest::default()
             };
             let resp = ReadinessServiceClient::new(ch.clone())
                 .get_report(req)

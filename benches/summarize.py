@@ -178,6 +178,16 @@ def main():
         rows.append((f"GetReport rate / Health/Check rate (h2load {shape}, alternating, same agent)", "≥ 0.80",
                      f"ratio {med(ratios):.2f} ({rng(ratios, lambda v: f'{v:.2f}')}); Health {med(h):,.0f} calls/s",
                      yes(med(ratios) >= 0.8)))
+        # The poller's call: GetReport with if_changed_from = the current
+        # token, run between two Health runs (the ratio is to their mean).
+        us = [r for r in rs if "unchanged" in r and r["health"] and r.get("health2")]
+        if us:
+            ur = [r["unchanged"] / ((r["health"] + r["health2"]) / 2) for r in us]
+            u = [r["unchanged"] for r in us]
+            rows.append((f"Unchanged GetReport rate / Health/Check rate (h2load {shape}, if_changed_from = current token, "
+                         "between two Health runs)", "≥ 0.95",
+                         f"ratio {med(ur):.2f} ({rng(ur, lambda v: f'{v:.2f}')}); unchanged GetReport "
+                         f"{med(u):,.0f} calls/s", yes(med(ur) >= 0.95)))
 
     # Probe cost.
     refresh = []

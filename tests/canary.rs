@@ -186,7 +186,7 @@ fn require_canary(handler: &str) -> CheckRequest {
             require_canary: vec![handler.to_string()],
             ..DesiredState::default()
         }),
-        refresh: false,
+        ..CheckRequest::default()
     }
 }
 
@@ -469,7 +469,7 @@ async fn serve_runs_the_stand_in_canary_only_when_allowed() {
                     require_sandbox_probe: true,
                     ..DesiredState::default()
                 }),
-                refresh: false,
+                ..CheckRequest::default()
             };
             client.check(req).await.unwrap().into_inner()
         }

@@ -264,3 +264,265 @@ fn wait_follows_a_rollout_through_nodes_cmd() {
 fn wait_follows_a_rollout_through_a_reread_kube_nodes_file() {
     follows_a_rollout(Source::KubeNodesFile, 3);
 }
+
+const MD_V1BETA1: &str = include_str!("fixtures/capi/machinedeployment-v1beta1.json");
+const MD_V1BETA2: &str = include_str!("fixtures/capi/machinedeployment-v1beta2.json");
+
+/// A MachineDeployment as `kubectl get machinedeployment -o json` prints it,
+/// scaled to `replicas`.
+fn write_md(path: &Path, fixture: &str, replicas: u32) {
+    let mut md: Value = serde_json::from_str(fixture).unwrap();
+    md["spec"]["replicas"] = json!(replicas);
+    write_atomic(path, &serde_json::to_string_pretty(&md).unwrap());
+}
+
+enum Expect {
+    FromFile,
+    Cmd,
+}
+
+/// A rollout during which the pool is scaled from 2 to 3: the expected
+/// count follows the MachineDeployment's `spec.replicas` (re-read every
+/// round), and `check --wait` exits 0 only once three Machines converged,
+/// although two converged and none was pending before the third appeared.
+fn follows_a_scale_up(expect: Expect, net: u8) {
+    let dir = tempfile::tempdir().unwrap();
+    let machines = dir.path().join("machines.json");
+    let md = dir.path().join("md.json");
+    let (old1, new1) = (format!("{OLD}-2kq8z"), format!("{NEW}-p4lzn"));
+    let (new2, new3) = (format!("{NEW}-vd9rq"), format!("{NEW}-t6xbn"));
+    let fixture = match expect {
+        Expect::FromFile => MD_V1BETA1,
+        Expect::Cmd => MD_V1BETA2,
+    };
+
+    let mut agent_old1 = agent_at(0, ip(net, 2), 0);
+    let port = agent_old1.port;
+    let _agent_new1 = agent_at(11255, ip(net, 3), port);
+    write_machines(
+        &machines,
+        &[
+            machine(&old1, Some(ip(net, 2)), false),
+            machine(&new1, Some(ip(net, 3)), false),
+        ],
+    );
+    write_md(&md, fixture, 2);
+    let cat = format!("cat '{}'", md.display());
+    let md_path = md.to_str().unwrap();
+    let from = match expect {
+        Expect::FromFile => ["--expect-from", md_path],
+        Expect::Cmd => ["--expect-cmd", &cat],
+    };
+    let port_arg = port.to_string();
+    let proc = CheckProc::spawn(&args(&[
+        "--kube-nodes",
+        machines.to_str().unwrap(),
+        from[0],
+        from[1],
+        "--nodes-cmd-interval",
+        "300ms",
+        "--port",
+        &port_arg,
+        SYSCTL,
+        "--wait",
+        "90s",
+    ]));
+    proc.stderr().wait_lines(
+        &[
+            &format!("{old1}: not converged"),
+            &format!("{new1}: converged"),
+        ],
+        SHOWN,
+    );
+
+    // The pool is scaled up mid-rollout.
+    write_md(&md, fixture, 3);
+    proc.stderr().wait_line("expected nodes: 2 → 3", SHOWN);
+
+    // The old Machine is replaced: two members, both converged, none
+    // pending, but three expected.
+    let _agent_new2 = agent_at(11255, ip(net, 4), port);
+    write_machines(
+        &machines,
+        &[
+            machine(&old1, Some(ip(net, 2)), true),
+            machine(&new1, Some(ip(net, 3)), false),
+            machine(&new2, Some(ip(net, 4)), false),
+        ],
+    );
+    proc.stderr().wait_lines(
+        &[&format!("{new2}: converged"), &format!("{old1}: leaving")],
+        SHOWN,
+    );
+    // Still running: it notices the third Machine.
+    agent_old1.kill();
+    write_machines(
+        &machines,
+        &[
+            machine(&new1, Some(ip(net, 3)), false),
+            machine(&new2, Some(ip(net, 4)), false),
+            machine(&new3, None, false),
+        ],
+    );
+    proc.stderr().wait_line(&format!("{new3}: pending"), SHOWN);
+
+    let _agent_new3 = agent_at(11255, ip(net, 5), port);
+    write_machines(
+        &machines,
+        &[
+            machine(&new1, Some(ip(net, 3)), false),
+            machine(&new2, Some(ip(net, 4)), false),
+            machine(&new3, Some(ip(net, 5)), false),
+        ],
+    );
+    let run = proc.finish(Duration::from_secs(90));
+    assert_eq!(run.code(), 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains(&format!("{new3}: converged")),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stdout.ends_with("3/3 converged\n"), "{}", run.stdout);
+}
+
+#[test]
+fn wait_follows_a_scale_up_through_a_reread_expect_from_file() {
+    follows_a_scale_up(Expect::FromFile, 4);
+}
+
+#[test]
+fn wait_follows_a_scale_up_through_expect_cmd() {
+    follows_a_scale_up(Expect::Cmd, 5);
+}
+
+#[test]
+fn expected_count_from_a_machinedeployment_in_one_shot() {
+    // Two converged agents; the MachineDeployment wants three.
+    let a = agent_at(11255, ip(6, 2), 0);
+    let port = a.port;
+    let b = agent_at(11255, ip(6, 3), port);
+    let dir = tempfile::tempdir().unwrap();
+    let machines = dir.path().join("machines.json");
+    write_machines(
+        &machines,
+        &[
+            machine(&format!("{NEW}-p4lzn"), Some(a.addr.ip()), false),
+            machine(&format!("{NEW}-vd9rq"), Some(b.addr.ip()), false),
+        ],
+    );
+    let md = dir.path().join("md.json");
+    let port_arg = port.to_string();
+    for (fixture, replicas, code) in [(MD_V1BETA2, 3, 1), (MD_V1BETA1, 2, 0)] {
+        write_md(&md, fixture, replicas);
+        let run = check(
+            &args(&[
+                "--kube-nodes",
+                machines.to_str().unwrap(),
+                "--expect-from",
+                md.to_str().unwrap(),
+                "--port",
+                &port_arg,
+                SYSCTL,
+            ]),
+            Duration::from_secs(30),
+        );
+        assert_eq!(
+            run.code(),
+            code,
+            "{replicas}:\n{}\n{}",
+            run.stdout,
+            run.stderr
+        );
+    }
+}
+
+#[test]
+fn bad_expected_counts_are_one_line_and_exit_2_before_asking() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let mut no_replicas: Value = serde_json::from_str(MD_V1BETA2).unwrap();
+    no_replicas["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("replicas");
+    let mut negative: Value = serde_json::from_str(MD_V1BETA1).unwrap();
+    negative["spec"]["replicas"] = json!(-1);
+    let missing = dir.path().join("absent.json");
+    let cases: Vec<(Vec<String>, String)> = vec![
+        (
+            args(&["--expect-from", missing.to_str().unwrap()]),
+            format!("--expect-from {}: ", missing.display()),
+        ),
+        (
+            args(&[
+                "--expect-from",
+                &write("nodes.json", r#"{"kind":"NodeList","items":[]}"#),
+            ]),
+            "expected a MachineDeployment".into(),
+        ),
+        (
+            args(&["--expect-from", &write("text.json", "replicas: 3")]),
+            ": not JSON".into(),
+        ),
+        (
+            args(&[
+                "--expect-from",
+                &write("none.json", &no_replicas.to_string()),
+            ]),
+            "has no spec.replicas".into(),
+        ),
+        (
+            args(&["--expect-from", &write("neg.json", &negative.to_string())]),
+            "spec.replicas -1 is not a count".into(),
+        ),
+        (
+            args(&[
+                "--expect-cmd",
+                "echo 'machinedeployment not found' >&2; exit 1",
+            ]),
+            "--expect-cmd failed (exit status: 1): machinedeployment not found".into(),
+        ),
+        (
+            args(&["--expect-cmd", "echo '{}'"]),
+            "--expect-cmd output: expected a MachineDeployment".into(),
+        ),
+        (
+            args(&["--kube-nodes", "-", "--expect-from", "-"]),
+            "--kube-nodes and --expect-from cannot both read stdin".into(),
+        ),
+    ];
+    // A node that refuses: nothing is printed for it when nothing is asked.
+    let node = format!("127.0.0.1:{}", common::refused_port());
+    for (extra, want) in cases {
+        let mut a = args(&["-n", &node, SYSCTL]);
+        a.extend(extra.iter().cloned());
+        let run = check(&a, Duration::from_secs(30));
+        assert_eq!(run.code(), 2, "{extra:?}:\n{}\n{}", run.stdout, run.stderr);
+        assert!(run.stdout.is_empty(), "{extra:?} asked:\n{}", run.stdout);
+        let lines: Vec<&str> = run.stderr.lines().collect();
+        assert!(
+            lines.len() == 1
+                && lines[0].starts_with("sandbox-readiness check: ")
+                && lines[0].contains(&want),
+            "{extra:?}: want {want:?} in:\n{}",
+            run.stderr
+        );
+    }
+    // Exclusive with --expect-nodes and with each other (clap's usage error).
+    let md = write("md.json", MD_V1BETA1);
+    for extra in [
+        args(&["--expect-from", &md, "--expect-nodes", "3"]),
+        args(&["--expect-cmd", "true", "--expect-nodes", "3"]),
+        args(&["--expect-from", &md, "--expect-cmd", "true"]),
+    ] {
+        let mut a = args(&["-n", &node]);
+        a.extend(extra.iter().cloned());
+        let run = check(&a, Duration::from_secs(30));
+        assert_eq!(run.code(), 2, "{extra:?}:\n{}", run.stderr);
+        assert!(run.stderr.contains("cannot be used with"), "{}", run.stderr);
+    }
+}

@@ -185,6 +185,7 @@ async fn check_refresh(c: &mut ReadinessServiceClient<Channel>) -> (CheckRespons
         .check(CheckRequest {
             desired: Some(gvisor_desired()),
             refresh: true,
+            ..CheckRequest::default()
         })
         .await
         .expect("Check")
@@ -688,6 +689,7 @@ async fn unreadable_proc_sys_and_an_empty_host_root_are_reported_as_data() {
             c.check(CheckRequest {
                 desired: None,
                 refresh,
+                ..CheckRequest::default()
             }),
         )
         .await
@@ -763,6 +765,7 @@ async fn a_fifo_in_place_of_a_sysctl_does_not_hang_the_agent() {
             c.check(CheckRequest {
                 desired: None,
                 refresh: true,
+                ..CheckRequest::default()
             }),
         )
         .await

@@ -3,7 +3,8 @@
 //! sysctl names (never a path outside `/proc/sys`) and values, `--sysctl`
 //! flags, os-release, `runsc --version`, the uid_map check, and the nesting
 //! depth and shape of CRI `info` JSON, CRI drop-in TOML and kubectl node
-//! lists. Each block runs a bounded number of cases so CI stays fast.
+//! lists and MachineDeployments. Each block runs a bounded number of cases
+//! so CI stays fast.
 //!
 //! Covered in the modules themselves (not repeated here): arbitrary text and
 //! round trips for `observe::gvisor::handlers_from_drop_in` and
@@ -18,7 +19,10 @@ use std::path::{Component, Path};
 use proptest::prelude::*;
 use sandbox_readiness::{
     evaluate::{parse_sysctl_flag, shim_binary, values_equal, DesiredError},
-    fleet::nodes::{parse_cmd_output, parse_node_list, Host},
+    fleet::{
+        expect::parse_replicas,
+        nodes::{parse_cmd_output, parse_node_list, Host},
+    },
     observe::{
         cri::handlers_from_info_config,
         gvisor::{handlers_from_drop_in, parse_runsc_version, ConfigLookup},
@@ -359,6 +363,24 @@ proptest! {
         ] {
             if let Err(e) = handlers_from_info_config(&doc.to_string()) {
                 prop_assert!(one_line(&e), "{}", e);
+            }
+        }
+    }
+
+    /// A MachineDeployment of any shape: a count of at least one, or one
+    /// line naming the source.
+    #[test]
+    fn machinedeployments_of_any_shape_never_panic(v in json_value()) {
+        for doc in [
+            v.clone(),
+            serde_json::json!({ "kind": "MachineDeployment", "spec": v.clone() }),
+            serde_json::json!({ "kind": "MachineDeployment", "metadata": { "name": v.clone() }, "spec": { "replicas": v.clone() } }),
+            serde_json::json!({ "kind": "List", "items": [{ "kind": "MachineDeployment", "spec": { "replicas": v.clone() } }] }),
+            serde_json::json!({ "kind": "MachineDeploymentList", "items": v.clone() }),
+        ] {
+            match parse_replicas(&doc.to_string(), "--expect-from f") {
+                Ok(n) => prop_assert!(n >= 1),
+                Err(e) => prop_assert!(one_line(&e) && e.to_string().starts_with("--expect-from f: "), "{}", e),
             }
         }
     }

@@ -479,6 +479,7 @@ async fn garbage_on_the_port_is_shed_while_a_good_client_keeps_its_answers() {
             .check(CheckRequest {
                 desired: Some(huge),
                 refresh: false,
+                ..CheckRequest::default()
             })
             .await
             .expect_err("oversized message accepted");

@@ -86,6 +86,7 @@ async fn get_report_and_check_with_and_without_a_desired_state() {
         .check(CheckRequest {
             desired: Some(desired),
             refresh: true,
+            ..CheckRequest::default()
         })
         .await
         .expect("Check")
@@ -116,6 +117,7 @@ async fn hostile_requests_are_refused_cleanly() {
             .check(CheckRequest {
                 desired: Some(desired),
                 refresh: false,
+                ..CheckRequest::default()
             })
             .await
             .expect_err("hostile name accepted");
@@ -134,6 +136,7 @@ async fn hostile_requests_are_refused_cleanly() {
         .check(CheckRequest {
             desired: Some(many),
             refresh: false,
+            ..CheckRequest::default()
         })
         .await
         .expect_err("65 accepted");
@@ -147,6 +150,7 @@ async fn hostile_requests_are_refused_cleanly() {
         .check(CheckRequest {
             desired: Some(huge),
             refresh: false,
+            ..CheckRequest::default()
         })
         .await
         .expect_err("huge accepted");
@@ -325,6 +329,7 @@ async fn a_thousand_concurrent_refreshes_share_at_most_two_observations() {
             c.check(CheckRequest {
                 desired: None,
                 refresh: true,
+                ..CheckRequest::default()
             })
             .await
         });

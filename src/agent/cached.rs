@@ -7,8 +7,10 @@
 //! (Health/Check: ~108,000), so a cached `GetReport` ran at ~55 % of the
 //! health check's rate. Here the readiness service is wrapped: a cached
 //! `GetReport` is answered with the bytes of the response encoded when the
-//! report last changed (one copy into the frame); refreshes and every other
-//! method go to the generated server unchanged. Framing, limits, timeouts and
+//! report last changed (one copy into the frame), and one that still holds
+//! the caller's token with the "unchanged" answer encoded at the same time
+//! (a few bytes); refreshes and every other method go to the generated
+//! server unchanged. Framing, limits, timeouts and
 //! errors stay tonic's (`tonic::server::Grpc`), only the codec differs.
 
 use std::{
@@ -26,7 +28,7 @@ use tonic::{
 };
 
 use crate::{
-    agent::{service, state::State},
+    agent::{service, state::State, token},
     proto::v1::{
         readiness_service_server::{ReadinessService, ReadinessServiceServer},
         GetReportRequest, Report,
@@ -95,37 +97,69 @@ where
     }
 }
 
-/// The last report handed out and its encoded `GetReportResponse`.
-type Encoded = Arc<Mutex<Option<(Arc<Report>, Bytes)>>>;
+/// The last report handed out, its token and both answers, encoded.
+struct Encoded {
+    report: Arc<Report>,
+    token: String,
+    full: Bytes,
+    unchanged: Bytes,
+}
+
+type Last = Arc<Mutex<Option<Encoded>>>;
 
 #[derive(Clone)]
 struct CachedGetReport {
     svc: Arc<service::Service>,
     state: State,
-    last: Encoded,
+    last: Last,
 }
 
 impl CachedGetReport {
-    /// The encoded response for the latest report; encodes only when the
-    /// report (the `Arc` the cache hands out) is not the one encoded last.
-    fn latest(&self) -> Bytes {
+    /// The encoded response for the latest report: "unchanged" when
+    /// `if_changed_from` is its token. Encodes only when the report (the
+    /// `Arc` the cache hands out) is not the one encoded last.
+    fn latest(&self, if_changed_from: &str) -> Bytes {
         let report = self.state.latest();
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((r, bytes)) = last.as_ref() {
-            if Arc::ptr_eq(r, &report) {
-                return bytes.clone();
+        let e = match last.take() {
+            Some(e) if Arc::ptr_eq(&e.report, &report) => e,
+            _ => {
+                let token = token::token(token::report_key(&report));
+                Encoded {
+                    full: encode_response(&report, &token),
+                    unchanged: encode_unchanged(&token),
+                    token,
+                    report,
+                }
             }
-        }
-        let bytes = encode_response(&report);
-        *last = Some((report, bytes.clone()));
+        };
+        // `token::holds` for this key, without parsing: tokens are
+        // lowercase hex, so equal text is the only match.
+        let bytes = if e.token == if_changed_from {
+            e.unchanged.clone()
+        } else {
+            e.full.clone()
+        };
+        *last = Some(e);
         bytes
     }
 }
 
-/// `GetReportResponse { report }` encoded without cloning the report.
-pub fn encode_response(report: &Report) -> Bytes {
-    let mut buf = Vec::with_capacity(report.encoded_len() + 8);
+/// `GetReportResponse { report, token }` encoded without cloning the report.
+pub fn encode_response(report: &Report, token: &str) -> Bytes {
+    let mut buf = Vec::with_capacity(report.encoded_len() + token.len() + 12);
     prost::encoding::message::encode(1, report, &mut buf);
+    if !token.is_empty() {
+        prost::encoding::string::encode(3, &token.to_string(), &mut buf);
+    }
+    Bytes::from(buf)
+}
+
+/// `GetReportResponse { unchanged: true, token }`.
+fn encode_unchanged(token: &str) -> Bytes {
+    let mut buf = Vec::with_capacity(token.len() + 8);
+    prost::encoding::bool::encode(2, &true, &mut buf);
+    prost::encoding::string::encode(3, &token.to_string(), &mut buf);
     Bytes::from(buf)
 }
 
@@ -138,7 +172,7 @@ impl UnaryService<GetReportRequest> for CachedGetReport {
         Box::pin(async move {
             let req = request.get_ref();
             if !req.refresh && !req.sandbox_probe {
-                return Ok(Response::new(this.latest()));
+                return Ok(Response::new(this.latest(&req.if_changed_from)));
             }
             let resp = this.svc.get_report(request).await?;
             Ok(resp.map(|r| Bytes::from(r.encode_to_vec())))
@@ -225,12 +259,24 @@ mod tests {
         let r = sample();
         let want = GetReportResponse {
             report: Some(r.clone()),
+            unchanged: false,
+            token: "0123456789abcdef".into(),
         }
         .encode_to_vec();
-        let got = encode_response(&r);
+        let got = encode_response(&r, "0123456789abcdef");
         assert_eq!(got.as_ref(), want.as_slice());
         let back = GetReportResponse::decode(got).unwrap();
         assert_eq!(back.report, Some(r));
+        let want = GetReportResponse {
+            report: None,
+            unchanged: true,
+            token: "0123456789abcdef".into(),
+        }
+        .encode_to_vec();
+        assert_eq!(
+            encode_unchanged("0123456789abcdef").as_ref(),
+            want.as_slice()
+        );
     }
 
     /// A real owner task over a fixture /proc: the cached answer is reused
@@ -306,17 +352,32 @@ mod tests {
         };
         let cached = GetReportRequest::default();
         let first = method
-            .call(Request::new(cached))
+            .call(Request::new(cached.clone()))
             .await
             .unwrap()
             .into_inner();
         assert_eq!(value(first.clone()), "5");
         let again = method
-            .call(Request::new(cached))
+            .call(Request::new(cached.clone()))
             .await
             .unwrap()
             .into_inner();
         assert_eq!(first.as_ptr(), again.as_ptr(), "not served from the cache");
+        // The token: "unchanged" without a report while it holds.
+        let token = GetReportResponse::decode(first.clone()).unwrap().token;
+        let since = GetReportRequest {
+            if_changed_from: token.clone(),
+            ..GetReportRequest::default()
+        };
+        let same = GetReportResponse::decode(
+            method
+                .call(Request::new(since.clone()))
+                .await
+                .unwrap()
+                .into_inner(),
+        )
+        .unwrap();
+        assert!(same.unchanged && same.report.is_none() && same.token == token);
 
         fs::write(&limit, "7\n").unwrap();
         let refresh = GetReportRequest {
@@ -335,6 +396,11 @@ mod tests {
             .unwrap()
             .into_inner();
         assert_eq!(value(after), "7");
+        let changed =
+            GetReportResponse::decode(method.call(Request::new(since)).await.unwrap().into_inner())
+                .unwrap();
+        assert!(!changed.unchanged && changed.token != token);
+        assert_eq!(value(changed.encode_to_vec().into()), "7");
     }
 
     #[test]
@@ -343,10 +409,11 @@ mod tests {
         // generated encoding of Some(Report::default()).
         let want = GetReportResponse {
             report: Some(Report::default()),
+            ..GetReportResponse::default()
         }
         .encode_to_vec();
         assert_eq!(
-            encode_response(&Report::default()).as_ref(),
+            encode_response(&Report::default(), "").as_ref(),
             want.as_slice()
         );
     }

@@ -9,6 +9,7 @@ mod owner;
 pub mod service;
 mod source;
 pub mod state;
+mod token;
 mod tracked;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};

@@ -9,7 +9,10 @@ use tonic::{Request, Response, Status};
 use tracing::debug;
 
 use crate::{
-    agent::state::{State, StateError},
+    agent::{
+        state::{State, StateError},
+        token,
+    },
     evaluate,
     proto::v1::{
         readiness_service_server::ReadinessService, CheckRequest, CheckResponse, DesiredState,
@@ -167,8 +170,19 @@ impl ReadinessService for Service {
     ) -> Result<Response<GetReportResponse>, Status> {
         let req = request.into_inner();
         let report = self.report(req.refresh, req.sandbox_probe).await?;
+        let key = token::report_key(&report);
+        // Unchanged: the caller's own token goes back, nothing is cloned.
+        if token::holds(&req.if_changed_from, key) {
+            return Ok(Response::new(GetReportResponse {
+                report: None,
+                unchanged: true,
+                token: req.if_changed_from,
+            }));
+        }
         Ok(Response::new(GetReportResponse {
             report: Some(Report::clone(&report)),
+            unchanged: false,
+            token: token::token(key),
         }))
     }
 
@@ -184,10 +198,21 @@ impl ReadinessService for Service {
             .await?;
         let report = self.with_requested_sysctls(report, &desired).await?;
         let report = self.with_canaries(report, &desired).await?;
+        let key = token::check_key(&report, &desired);
+        if token::holds(&req.if_changed_from, key) {
+            return Ok(Response::new(CheckResponse {
+                verdict: None,
+                report: None,
+                unchanged: true,
+                token: req.if_changed_from,
+            }));
+        }
         let verdict = evaluate::evaluate(&report, &desired);
         Ok(Response::new(CheckResponse {
             verdict: Some(verdict),
             report: Some(Report::clone(&report)),
+            unchanged: false,
+            token: token::token(key),
         }))
     }
 
@@ -252,19 +277,25 @@ impl Service {
         let mut sub = self.state.subscribe();
         let mut shutdown = self.shutdown.clone();
         let evaluate = !evaluate::is_empty(&desired);
-        let message = |report: &Report, heartbeat: bool| WatchResponse {
+        let message = |report: &Report| WatchResponse {
             verdict: evaluate
                 .then(|| evaluate::evaluate(report, &desired))
                 .or(None::<Verdict>),
             report: Some(report.clone()),
-            heartbeat,
+            heartbeat: false,
+        };
+        // "The last report still stands": no body, so a heartbeat costs a
+        // few bytes per watcher, not a report each.
+        let heartbeat_message = || WatchResponse {
+            heartbeat: true,
+            ..WatchResponse::default()
         };
         // Every message renews the watcher's sysctls with the owner, so they
         // stay tracked for as long as it listens.
         let first = sub.borrow_and_update().clone();
         let current = self.renewed(first, &desired).await;
         let current = self.state.with_counters(current);
-        if tx.try_send(Box::new(Ok(message(&current, false)))).is_err() {
+        if tx.try_send(Box::new(Ok(message(&current)))).is_err() {
             return;
         }
         let mut last_generation = current.generation;
@@ -283,14 +314,18 @@ impl Service {
                 _ = heartbeat => (self.state.latest(), true),
             };
             let current = self.renewed(report, &desired).await;
-            let current = self.state.with_counters(current);
-            if !heartbeat {
-                if current.generation == last_generation {
-                    continue;
-                }
+            // A heartbeat that finds a newer report than the last one sent
+            // sends it as a change: the watcher's `changed` may not have
+            // been seen yet, and it would then find the generation sent.
+            let msg = if current.generation != last_generation {
                 last_generation = current.generation;
-            }
-            if !self.send(&tx, message(&current, heartbeat)) {
+                message(&self.state.with_counters(current))
+            } else if heartbeat {
+                heartbeat_message()
+            } else {
+                continue;
+            };
+            if !self.send(&tx, msg) {
                 return;
             }
         }

@@ -55,6 +55,12 @@ pub struct CheckArgs {
     /// The pool has not converged while fewer than N nodes exist (for Machines: while other than N exist, Machines being deleted not counted).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub expect_nodes: Option<u32>,
+    /// The expected count (as --expect-nodes) is `spec.replicas` of the MachineDeployment in this file, the JSON of `kubectl get machinedeployment NAME -o json` ('-' for stdin); a file is read again every round of --wait.
+    #[arg(long, value_name = "FILE|-", conflicts_with_all = ["expect_nodes", "expect_cmd"])]
+    pub expect_from: Option<PathBuf>,
+    /// A shell command printing the MachineDeployment whose `spec.replicas` is the expected count, e.g. 'kubectl get machinedeployment pool-a -o json'; re-run every round of --wait (same interval and deadline as --nodes-cmd).
+    #[arg(long, value_name = "CMD", conflicts_with = "expect_nodes")]
+    pub expect_cmd: Option<String>,
     /// Port for nodes given without one.
     #[arg(long, default_value_t = DEFAULT_PORT, value_parser = clap::value_parser!(u16).range(1..))]
     pub port: u16,
@@ -119,6 +125,8 @@ impl CheckArgs {
             nodes_cmd_interval: self.nodes_cmd_interval,
             nodes_cmd_timeout: self.nodes_cmd_timeout,
             expect_nodes: self.expect_nodes,
+            expect_from: self.expect_from.clone(),
+            expect_cmd: self.expect_cmd.clone(),
             port: self.port,
             parallel: self.parallel,
             timeout: self.timeout,
@@ -264,16 +272,17 @@ impl Listing {
 
 /// Re-reads a node source every `every` beside the event loop, so a slow
 /// kubectl never holds up events, the deadline or Ctrl-C.
-fn relist<F, Fut>(
+fn relist<T, F, Fut>(
     every: Duration,
     read: F,
 ) -> (
-    mpsc::Receiver<Result<Vec<Node>, String>>,
+    mpsc::Receiver<Result<T, String>>,
     tokio::task::JoinHandle<()>,
 )
 where
+    T: Send + 'static,
     F: Fn() -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = Result<Vec<Node>, String>> + Send,
+    Fut: std::future::Future<Output = Result<T, String>> + Send,
 {
     let (tx, rx) = mpsc::channel(1);
     let task = tokio::spawn(async move {
@@ -338,9 +347,24 @@ async fn run_wait(args: &CheckArgs, plan: Plan, limit: Duration) -> Outcome {
         }
         None => (None, None),
     };
-    async fn next_listing(
-        rx: &mut Option<mpsc::Receiver<Result<Vec<Node>, String>>>,
-    ) -> Result<Vec<Node>, String> {
+    // The expected count, re-read like the node list (stdin only once).
+    let expect_source =
+        source::ExpectSource::from_flags(args.expect_from.as_ref(), args.expect_cmd.as_ref())
+            .filter(|s| *s != source::ExpectSource::File("-".into()));
+    let (mut expect_rx, expect_task) = match expect_source {
+        Some(src) => {
+            let limit = args.nodes_cmd_timeout;
+            let (rx, t) = relist(every, move || {
+                let src = src.clone();
+                async move { source::read_expected(&src, limit).await }
+            });
+            (Some(rx), Some(t))
+        }
+        None => (None, None),
+    };
+    async fn next_listing<T>(
+        rx: &mut Option<mpsc::Receiver<Result<T, String>>>,
+    ) -> Result<T, String> {
         match rx {
             Some(rx) => match rx.recv().await {
                 Some(r) => r,
@@ -361,10 +385,11 @@ async fn run_wait(args: &CheckArgs, plan: Plan, limit: Duration) -> Outcome {
     });
     let mut ticker = tokio::time::interval(Duration::from_secs(1));
     let mut last_error: Option<String> = None;
-    let expected = plan.expected;
+    let mut last_expect_error: Option<String> = None;
+    let mut expected = plan.expected;
     // Every watched node converged, no Machine still waits for an address,
     // and the members (Machines being deleted are not) are as many as expected.
-    let done = |w: &PoolWatch, l: &Listing| {
+    let done = |w: &PoolWatch, l: &Listing, expected: Option<usize>| {
         let members = w.state().counts().total + l.pending();
         w.state().all_converged()
             && l.pending() == 0
@@ -372,7 +397,7 @@ async fn run_wait(args: &CheckArgs, plan: Plan, limit: Duration) -> Outcome {
     };
 
     let end = loop {
-        if done(&watch, &listing) {
+        if done(&watch, &listing, expected) {
             break End::Converged;
         }
         let relisted = tokio::select! {
@@ -382,6 +407,25 @@ async fn run_wait(args: &CheckArgs, plan: Plan, limit: Duration) -> Outcome {
             }
             r = next_listing(&mut cmd_rx) => Some(r.map(|n| from_cmd = n)),
             r = next_listing(&mut kube_rx) => Some(r.map(|n| from_kube = n)),
+            r = next_listing(&mut expect_rx) => {
+                match r {
+                    Ok(n) => {
+                        last_expect_error = None;
+                        if expected != Some(n) {
+                            let was = expected.map_or("-".into(), |e| e.to_string());
+                            progress.note(&format!("expected nodes: {was} → {n}"), started.elapsed());
+                            expected = Some(n);
+                        }
+                    }
+                    // Keep the last count, as the last node set is kept.
+                    Err(e) if last_expect_error.as_deref() != Some(e.as_str()) => {
+                        progress.note(&format!("{e} (keeping the last expected count)"), started.elapsed());
+                        last_expect_error = Some(e);
+                    }
+                    Err(_) => {}
+                }
+                None
+            }
             _ = ticker.tick() => {
                 progress.tick(watch.state().counts(), expected, started.elapsed());
                 None
@@ -413,7 +457,7 @@ async fn run_wait(args: &CheckArgs, plan: Plan, limit: Duration) -> Outcome {
             Some(Err(_)) => {}
         }
     };
-    for t in cmd_task.into_iter().chain(kube_task) {
+    for t in cmd_task.into_iter().chain(kube_task).chain(expect_task) {
         t.abort();
     }
     int_task.abort();

@@ -169,7 +169,10 @@ impl Client {
         let _slot = self.slot().await;
         let started = Instant::now();
         let deadline = started + self.opts.timeout;
-        let outcome = self.ask(node, desired, refresh, deadline).await;
+        let outcome = self
+            .ask(node, desired, refresh, None, deadline)
+            .await
+            .map(|(answer, _, _)| answer);
         NodeResult {
             node: node.clone(),
             outcome,
@@ -178,18 +181,51 @@ impl Client {
         }
     }
 
+    /// [`Self::check_node`], sending the token of `seen` (the node's last
+    /// full answer to the same question): an agent whose answer still holds
+    /// says "unchanged" in a few bytes, and `seen`'s answer is the result.
+    pub async fn check_node_since(
+        &self,
+        node: &Node,
+        desired: &DesiredState,
+        refresh: bool,
+        seen: Option<&Seen>,
+    ) -> Polled {
+        let _slot = self.slot().await;
+        let started = Instant::now();
+        let deadline = started + self.opts.timeout;
+        let (outcome, token, unchanged) =
+            match self.ask(node, desired, refresh, seen, deadline).await {
+                Ok((answer, token, unchanged)) => (Ok(answer), token, unchanged),
+                Err(e) => (Err(e), String::new(), false),
+            };
+        Polled {
+            result: NodeResult {
+                node: node.clone(),
+                outcome,
+                elapsed: started.elapsed(),
+                boot_id_changes: 0,
+            },
+            token,
+            unchanged,
+        }
+    }
+
+    /// The answer, its token, and whether it is `seen`'s answer again.
     async fn ask(
         &self,
         node: &Node,
         desired: &DesiredState,
         refresh: bool,
+        seen: Option<&Seen>,
         deadline: Instant,
-    ) -> Result<Answer, AskError> {
+    ) -> Result<(Answer, String, bool), AskError> {
         let channel = self.connect(node, deadline, None).await?;
         let mut client = ReadinessServiceClient::new(channel);
         let mut req = tonic::Request::new(CheckRequest {
             desired: Some(desired.clone()),
             refresh,
+            if_changed_from: seen.map(|s| s.token.clone()).unwrap_or_default(),
         });
         // Tell the agent too, so it stops working for us when we give up.
         req.set_timeout(deadline.saturating_duration_since(Instant::now()));
@@ -198,10 +234,21 @@ impl Client {
             Err(_) => return Err(AskError::NoAnswer(self.opts.timeout)),
         }
         .into_inner();
+        if resp.unchanged {
+            // Only ever sent for the token we sent, so `seen` is there.
+            let seen = seen.ok_or_else(|| {
+                AskError::BadAnswer("\"unchanged\" to a question asked for the first time".into())
+            })?;
+            return Ok((seen.answer.clone(), resp.token, true));
+        }
         let report = resp
             .report
             .ok_or_else(|| AskError::BadAnswer("the agent sent no report".into()))?;
-        Ok(Answer::judge(desired, report, resp.verdict))
+        Ok((
+            Answer::judge(desired, report, resp.verdict),
+            resp.token,
+            false,
+        ))
     }
 
     /// Asks every node, `parallel` at a time; results in the order given.
@@ -213,37 +260,110 @@ impl Client {
         refresh: bool,
     ) -> Vec<NodeResult> {
         let desired = Arc::new(desired.clone());
+        self.each(
+            nodes,
+            |node| {
+                let (client, node, desired) = (self.clone(), node.clone(), Arc::clone(&desired));
+                async move { client.check_node(&node, &desired, refresh).await }
+            },
+            lost,
+        )
+        .await
+    }
+
+    /// [`Self::check_nodes`] with each node's last full answer, as
+    /// [`Self::check_node_since`] uses it ([`super::poll::Poller`] keeps them).
+    pub async fn check_nodes_since(
+        &self,
+        nodes: &[Node],
+        desired: &DesiredState,
+        refresh: bool,
+        seen: &HashMap<Node, Arc<Seen>>,
+    ) -> Vec<Polled> {
+        let desired = Arc::new(desired.clone());
+        self.each(
+            nodes,
+            |node| {
+                let (client, desired) = (self.clone(), Arc::clone(&desired));
+                let (node, last) = (node.clone(), seen.get(node).cloned());
+                async move {
+                    client
+                        .check_node_since(&node, &desired, refresh, last.as_deref())
+                        .await
+                }
+            },
+            |node| Polled {
+                result: lost(node),
+                token: String::new(),
+                unchanged: false,
+            },
+        )
+        .await
+    }
+
+    /// Runs `ask` for every node at once (each call takes its own
+    /// `parallel` slot); results in the order given, `lost(node)` for a
+    /// task that failed. Generic so the binary carries only the variant it
+    /// calls.
+    async fn each<R, Fut>(
+        &self,
+        nodes: &[Node],
+        ask: impl Fn(&Node) -> Fut,
+        lost: impl Fn(&Node) -> R,
+    ) -> Vec<R>
+    where
+        R: Send + 'static,
+        Fut: std::future::Future<Output = R> + Send + 'static,
+    {
         let mut set = JoinSet::new();
         let mut index = HashMap::with_capacity(nodes.len());
         for (i, node) in nodes.iter().enumerate() {
-            let (client, node, desired) = (self.clone(), node.clone(), Arc::clone(&desired));
-            let handle =
-                set.spawn(async move { client.check_node(&node, &desired, refresh).await });
-            index.insert(handle.id(), i);
+            index.insert(set.spawn(ask(node)).id(), i);
         }
-        let mut out: Vec<Option<NodeResult>> = vec![None; nodes.len()];
+        let mut out: Vec<Option<R>> = std::iter::repeat_with(|| None).take(nodes.len()).collect();
         while let Some(joined) = set.join_next_with_id().await {
             let (id, result) = match joined {
                 Ok((id, r)) => (id, Some(r)),
                 Err(e) => (e.id(), None),
             };
             let Some(&i) = index.get(&id) else { continue };
-            let result = result.or_else(|| {
-                nodes.get(i).map(|n| NodeResult {
-                    node: n.clone(),
-                    outcome: Err(AskError::Internal(
-                        "the task asking this node failed".into(),
-                    )),
-                    elapsed: Duration::ZERO,
-                    boot_id_changes: 0,
-                })
-            });
+            let result = result.or_else(|| nodes.get(i).map(&lost));
             if let Some(slot) = out.get_mut(i) {
                 *slot = result;
             }
         }
         out.into_iter().flatten().collect()
     }
+}
+
+/// The result for a node whose task failed.
+fn lost(node: &Node) -> NodeResult {
+    NodeResult {
+        node: node.clone(),
+        outcome: Err(AskError::Internal(
+            "the task asking this node failed".into(),
+        )),
+        elapsed: Duration::ZERO,
+        boot_id_changes: 0,
+    }
+}
+
+/// A node's last full answer and the token it came with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seen {
+    pub token: String,
+    pub answer: Answer,
+}
+
+/// One node's result from [`Client::check_node_since`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Polled {
+    pub result: NodeResult,
+    /// The answer's token (empty when the node could not be asked, or the
+    /// agent predates tokens).
+    pub token: String,
+    /// The agent said "unchanged": `result` holds the last full answer.
+    pub unchanged: bool,
 }
 
 /// The name an agent's certificate must hold under `name_from_node`: the

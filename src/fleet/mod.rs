@@ -5,8 +5,9 @@
 //! import one way: `nodes` ← `result` ← `pool` ← `wait`, with `client`
 //! (over `dial`) beside them and `render` on top.
 //! - [`nodes`]: which nodes (pure parsing of lists, files, NodeList and
-//!   Cluster API MachineList JSON);
-//!   [`source`]: reading them from files and `--nodes-cmd`;
+//!   Cluster API MachineList JSON); [`expect`]: the expected count from a
+//!   MachineDeployment's `spec.replicas`;
+//!   [`source`]: reading them from files, `--nodes-cmd` and `--expect-cmd`;
 //! - [`client`]: [`client::Client::check_nodes`] asks every node in
 //!   parallel, each under its own connect timeout and deadline, and returns
 //!   one [`result::NodeResult`] per node;
@@ -16,6 +17,9 @@
 //!   [`pool::Change`]);
 //! - [`wait`]: [`wait::PoolWatch`] keeps one `Watch` stream per node of a
 //!   changing node set and reports [`pool::Change`]s;
+//! - [`poll`]: [`poll::Poller`] asks every node once per round, sending
+//!   the token of its last answer so an unchanged agent answers in a few
+//!   bytes (for controllers that poll rather than watch);
 //! - [`render`]: the table, summary line, JSON document and progress.
 //!
 //! [`prepare`] turns a [`CheckConfig`] into a [`Plan`] (every check that
@@ -23,7 +27,9 @@
 
 pub mod client;
 mod dial;
+pub mod expect;
 pub mod nodes;
+pub mod poll;
 pub mod pool;
 pub mod render;
 pub mod result;
@@ -75,6 +81,13 @@ pub struct CheckConfig {
     pub nodes_cmd_timeout: Duration,
     /// The pool has not converged while fewer nodes exist.
     pub expect_nodes: Option<u32>,
+    /// The expected count is the `spec.replicas` of the MachineDeployment
+    /// in this file (`-` for stdin); a file is read again every round of
+    /// `--wait`. Instead of `expect_nodes`.
+    pub expect_from: Option<PathBuf>,
+    /// The same from a command's output (`kubectl get machinedeployment
+    /// NAME -o json`), run like `nodes_cmd`.
+    pub expect_cmd: Option<String>,
     /// Port for nodes given without one.
     pub port: u16,
     /// At most this many nodes are connected to or asked at once.
@@ -112,6 +125,8 @@ pub enum CheckError {
     PlaintextRemote { name: String, address: String },
     #[error("no nodes to ask: the node sources listed none")]
     NoNodes,
+    #[error("--kube-nodes and --expect-from cannot both read stdin ('-')")]
+    StdinTwice,
 }
 
 /// What running `check` needs once the configuration was checked.
@@ -182,6 +197,10 @@ pub async fn prepare(cfg: &CheckConfig) -> Result<Plan, CheckError> {
     {
         return Err(CheckError::NoSource);
     }
+    let stdin = |p: &Option<PathBuf>| p.as_ref().is_some_and(|p| p.as_os_str() == "-");
+    if stdin(&cfg.kube_nodes) && stdin(&cfg.expect_from) {
+        return Err(CheckError::StdinTwice);
+    }
     let from_kube = match &cfg.kube_nodes {
         Some(path) => source::read_kube_nodes(path, cfg.port).map_err(CheckError::Source)?,
         None => Vec::new(),
@@ -200,6 +219,16 @@ pub async fn prepare(cfg: &CheckConfig) -> Result<Plan, CheckError> {
             .await
             .map_err(CheckError::Source)?,
         None => Vec::new(),
+    };
+    let expect =
+        source::ExpectSource::from_flags(cfg.expect_from.as_ref(), cfg.expect_cmd.as_ref());
+    let expected = match expect {
+        Some(s) => Some(
+            source::read_expected(&s, cfg.nodes_cmd_timeout)
+                .await
+                .map_err(CheckError::Source)?,
+        ),
+        None => cfg.expect_nodes.and_then(|n| usize::try_from(n).ok()),
     };
     let plaintext_local_only = matches!(
         transport,
@@ -243,6 +272,6 @@ pub async fn prepare(cfg: &CheckConfig) -> Result<Plan, CheckError> {
         fixed,
         from_kube,
         from_cmd,
-        expected: cfg.expect_nodes.and_then(|n| usize::try_from(n).ok()),
+        expected,
     })
 }

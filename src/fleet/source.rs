@@ -1,12 +1,18 @@
-//! Reading node sources: files (size-capped), stdin, and `--nodes-cmd`
-//! (a shell command under a timeout, killed with its whole process group),
-//! all through [`hostio`].
+//! Reading node sources and the expected count: files (size-capped), stdin,
+//! and `--nodes-cmd`/`--expect-cmd` (a shell command under a timeout, killed
+//! with its whole process group), all through [`hostio`].
 
-use std::{path::Path, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use tokio::process::Command;
 
-use super::nodes::{self, Node};
+use super::{
+    expect,
+    nodes::{self, Node},
+};
 use crate::hostio::{self, Capture, Keep};
 
 /// Node documents larger than this are refused (a NodeList of 5000 nodes
@@ -36,6 +42,62 @@ pub fn read_kube_nodes(path: &Path, port: u16) -> Result<Vec<Node>, String> {
 /// MachineList JSON, or one entry per line). Errors are one line: the exit status and the
 /// first line of stderr, a timeout, or the parse error.
 pub async fn run_nodes_cmd(cmd: &str, port: u16, limit: Duration) -> Result<Vec<Node>, String> {
+    let text = run_cmd("--nodes-cmd", cmd, limit).await?;
+    nodes::parse_cmd_output(&text, port).map_err(|e| e.to_string())
+}
+
+/// Reads `--expect-from FILE|-` (a MachineDeployment) and returns its
+/// `spec.replicas`. `check --wait` reads a file again every round.
+pub fn read_expect_from(path: &Path) -> Result<usize, String> {
+    let text = read_capped(path, "--expect-from")?;
+    let origin = format!("--expect-from {}", path.display());
+    expect::parse_replicas(&text, &origin).map_err(|e| e.to_string())
+}
+
+/// Where the expected count comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExpectSource {
+    /// `--expect-from FILE|-`.
+    File(PathBuf),
+    /// `--expect-cmd CMD`.
+    Cmd(String),
+}
+
+impl ExpectSource {
+    /// From `--expect-from` and `--expect-cmd` (clap lets only one through).
+    pub fn from_flags(from: Option<&PathBuf>, cmd: Option<&String>) -> Option<Self> {
+        match (from, cmd) {
+            (Some(path), _) => Some(ExpectSource::File(path.clone())),
+            (None, Some(cmd)) => Some(ExpectSource::Cmd(cmd.clone())),
+            (None, None) => None,
+        }
+    }
+}
+
+/// Reads the expected count: a file off the runtime thread, a command
+/// under `limit`.
+pub async fn read_expected(source: &ExpectSource, limit: Duration) -> Result<usize, String> {
+    match source {
+        ExpectSource::File(path) => {
+            let path = path.clone();
+            tokio::task::spawn_blocking(move || read_expect_from(&path))
+                .await
+                .unwrap_or_else(|e| Err(format!("--expect-from: {e}")))
+        }
+        ExpectSource::Cmd(cmd) => run_expect_cmd(cmd, limit).await,
+    }
+}
+
+/// Runs `--expect-cmd` like `--nodes-cmd` and returns the `spec.replicas`
+/// of the MachineDeployment it printed.
+pub async fn run_expect_cmd(cmd: &str, limit: Duration) -> Result<usize, String> {
+    let text = run_cmd("--expect-cmd", cmd, limit).await?;
+    expect::parse_replicas(&text, "--expect-cmd output").map_err(|e| e.to_string())
+}
+
+/// Runs `sh -c CMD` under `limit` and returns its standard output; `flag`
+/// names it in the one-line errors.
+async fn run_cmd(flag: &str, cmd: &str, limit: Duration) -> Result<String, String> {
     let mut sh = Command::new("sh");
     sh.arg("-c").arg(cmd);
     let capture = Capture {
@@ -46,34 +108,32 @@ pub async fn run_nodes_cmd(cmd: &str, port: u16, limit: Duration) -> Result<Vec<
     };
     let ran = hostio::run(sh, limit, capture, None)
         .await
-        .map_err(|e| format!("--nodes-cmd: cannot start sh: {e}"))?;
+        .map_err(|e| format!("{flag}: cannot start sh: {e}"))?;
     if ran.timed_out {
         return Err(format!(
-            "--nodes-cmd timed out after {}",
+            "{flag} timed out after {}",
             crate::text::fmt_duration(limit)
         ));
     }
     let Some(status) = ran.status else {
-        return Err("--nodes-cmd: the command could not be reaped".into());
+        return Err(format!("{flag}: the command could not be reaped"));
     };
     if !status.success() {
         let text = String::from_utf8_lossy(&ran.stderr);
         let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
         return Err(format!(
-            "--nodes-cmd failed ({status}){}{}",
+            "{flag} failed ({status}){}{}",
             if first.is_empty() { "" } else { ": " },
             crate::text::clean_line(first.trim())
         ));
     }
     if ran.stdout_overflowed {
         return Err(format!(
-            "--nodes-cmd printed more than {} MiB",
+            "{flag} printed more than {} MiB",
             MAX_DOCUMENT_BYTES >> 20
         ));
     }
-    let text = String::from_utf8(ran.stdout)
-        .map_err(|_| "--nodes-cmd printed non-UTF-8 output".to_string())?;
-    nodes::parse_cmd_output(&text, port).map_err(|e| e.to_string())
+    String::from_utf8(ran.stdout).map_err(|_| format!("{flag} printed non-UTF-8 output"))
 }
 
 #[cfg(test)]
@@ -136,6 +196,36 @@ mod tests {
             "{}",
             String::from_utf8_lossy(&ps.stdout)
         );
+    }
+
+    #[tokio::test]
+    async fn expected_count_from_a_file_or_a_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let md = dir.path().join("md.json");
+        std::fs::write(
+            &md,
+            include_str!("../../tests/fixtures/capi/machinedeployment-v1beta2.json"),
+        )
+        .unwrap();
+        assert_eq!(read_expect_from(&md), Ok(3));
+        let cmd = format!("cat '{}'", md.display());
+        assert_eq!(run_expect_cmd(&cmd, Duration::from_secs(5)).await, Ok(3));
+        let e = run_expect_cmd("echo 'not found' >&2; exit 1", Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(
+            e.starts_with("--expect-cmd failed (exit status: 1): not found"),
+            "{e}"
+        );
+        let e = run_expect_cmd("echo '{}'", Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(
+            e.starts_with("--expect-cmd output: expected a MachineDeployment"),
+            "{e}"
+        );
+        let e = read_expect_from(&dir.path().join("absent.json")).unwrap_err();
+        assert!(e.starts_with("--expect-from "), "{e}");
     }
 
     #[test]
