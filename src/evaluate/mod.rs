@@ -6,11 +6,11 @@
 use thiserror::Error;
 
 use crate::{
-    observe::gvisor::CANNOT_RUN_HERE,
     proto::v1::{
         Canary, CriRuntime, DesiredState, Finding, Gvisor, GvisorReadiness, Probe, ProbeOutcome,
         Report, SysctlExpectation, SysctlState, Verdict,
     },
+    report::names::CANNOT_RUN_HERE,
     report::{find_sysctl, names::RUNSC_RUNTIME_TYPE, outcome_word},
     sysctl_name::{self as sysctl, MAX_VALUE_BYTES},
 };
@@ -510,7 +510,7 @@ pub fn pod_userns_finding(gvisor: Option<&Gvisor>, name: &str) -> Option<Finding
     let runtime = format!("{} {}", cri.runtime_name, cri.runtime_version)
         .trim()
         .to_string();
-    if cri.handlers_source != crate::observe::cri::SOURCE_RUNTIME_HANDLERS {
+    if cri.handlers_source != crate::report::names::SOURCE_RUNTIME_HANDLERS {
         return unsupported(
             "no runtime_handlers",
             format!("the runtime ({runtime}) does not report handler features; upgrade to containerd >= 2.0"),

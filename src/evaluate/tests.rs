@@ -376,7 +376,7 @@ fn rh(name: &str, userns: Option<bool>) -> RuntimeHandler {
 
 #[test]
 fn pod_userns_reads_the_handler_features_as_kubelet_does() {
-    use crate::observe::cri::{SOURCE_INFO_CONFIG, SOURCE_RUNTIME_HANDLERS};
+    use crate::report::names::{SOURCE_INFO_CONFIG, SOURCE_RUNTIME_HANDLERS};
     let d = |h: &[&str]| DesiredState {
         require_pod_userns: h.iter().map(|s| (*s).to_string()).collect(),
         ..DesiredState::default()

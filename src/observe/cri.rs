@@ -41,10 +41,7 @@ use super::pb_duration;
 /// The default deadline for the whole exchange (`--cri-timeout`).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// `handlers_source` when the runtime filled `runtime_handlers`.
-pub const SOURCE_RUNTIME_HANDLERS: &str = "runtime_handlers";
-/// `handlers_source` when the handlers were read from `info["config"]`.
-pub const SOURCE_INFO_CONFIG: &str = "info.config";
+pub use crate::report::names::{SOURCE_INFO_CONFIG, SOURCE_RUNTIME_HANDLERS};
 
 /// The CRI API version we speak; containerd and crictl use the same string.
 const KUBE_RUNTIME_API_VERSION: &str = "0.1.0";

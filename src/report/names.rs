@@ -8,6 +8,16 @@ pub const RUNSC_SHIM: &str = "containerd-shim-runsc-v1";
 /// The `runtime_type` of a gVisor handler.
 pub const RUNSC_RUNTIME_TYPE: &str = "io.containerd.runsc.v1";
 
+/// The start of a sandbox probe's message when it was skipped because
+/// runsc cannot run where the agent runs (not because of the node): the
+/// evaluation then lets the gVisor handlers' CRI canaries stand in.
+pub const CANNOT_RUN_HERE: &str = "runsc cannot start a sandbox where the agent runs";
+
+/// `CriRuntime.handlers_source` when the runtime filled `runtime_handlers`.
+pub const SOURCE_RUNTIME_HANDLERS: &str = "runtime_handlers";
+/// `CriRuntime.handlers_source` when the handlers were read from `info["config"]`.
+pub const SOURCE_INFO_CONFIG: &str = "info.config";
+
 /// Precondition names, as reported in `Precondition::name`.
 pub const PRECONDITION_MAX_USER_NAMESPACES: &str = "user.max_user_namespaces";
 pub const PRECONDITION_PTRACE_SCOPE: &str = "kernel.yama.ptrace_scope";

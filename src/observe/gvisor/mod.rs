@@ -49,9 +49,7 @@ const CAPTURE: Capture = Capture {
     kill_group_after_exit: false,
 };
 
-/// How the sandbox probe's message starts when runsc cannot run where the
-/// agent runs (evaluation lets a CRI canary stand in for it then).
-pub const CANNOT_RUN_HERE: &str = "runsc cannot start a sandbox where the agent runs";
+pub use crate::report::names::CANNOT_RUN_HERE;
 
 /// Default `runsc` location: where the Talos gVisor extension installs it.
 pub fn default_runsc_path(host: &HostPaths) -> PathBuf {
