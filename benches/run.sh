@@ -210,7 +210,9 @@ if only watchers; then
 	ulimit -n 20000 2>/dev/null || true
 	for conns in 10 1000; do
 		port=$(free_ports 1)
-		start_agent "watch$conns" -1 "$port"
+		# All streams come from 127.0.0.1: lift the per-address cap (a pool's
+		# controllers would each come from their own address).
+		start_agent "watch$conns" -1 "$port" --max-connections-per-address 0
 		agent=$LASTPID
 		sleep 1
 		before=$(mem_kb "$agent")
