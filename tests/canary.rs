@@ -146,19 +146,7 @@ fn codes(doc: &serde_json::Value) -> Vec<String> {
 /// Sandboxes carrying the canary label, listed through the CRI without a
 /// filter (a runtime ignoring filters must not hide one).
 async fn labelled_sandboxes(ctd: &Containerd) -> Result<Vec<String>, String> {
-    let socket = ctd.socket().to_path_buf();
-    let channel = tonic::transport::Endpoint::try_from("http://[::]")
-        .unwrap()
-        .connect_with_connector(tower::service_fn(move |_| {
-            let s = socket.clone();
-            async move {
-                tokio::net::UnixStream::connect(s)
-                    .await
-                    .map(hyper_util::rt::TokioIo::new)
-            }
-        }))
-        .await
-        .map_err(|e| e.to_string())?;
+    let channel = support::containerd::cri_channel(ctd.socket()).await?;
     let mut client = RuntimeServiceClient::new(channel);
     let list = client.list_pod_sandbox(ListPodSandboxRequest::default());
     let items = tokio::time::timeout(Duration::from_secs(2), list)

@@ -15,11 +15,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{args, check, run, Agent, BIN};
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose, SanType,
-};
+use common::{args, ca::Ca, check, run, Agent, BIN};
+use rcgen::{ExtendedKeyUsagePurpose, SanType};
 
 /// `tls init` material for 127.0.0.1 in `dir`.
 fn tls_init(dir: &Path) -> PathBuf {
@@ -248,48 +245,6 @@ fn check_wait_rides_through_the_maximum_connection_age() {
         seen.len() >= 3,
         "the watch did not move to new connections every 2 s: ports {seen:?}\n{err}"
     );
-}
-
-/// A CA and certificates signed by it, for the `--client-name` test.
-struct Ca {
-    issuer: Issuer<'static, KeyPair>,
-    dir: PathBuf,
-}
-
-impl Ca {
-    fn new(dir: &Path) -> Ca {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::default();
-        let mut dn = DistinguishedName::new();
-        dn.push(DnType::CommonName, "lockout test CA");
-        params.distinguished_name = dn;
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let cert = params.self_signed(&key).unwrap();
-        std::fs::write(dir.join("ca.pem"), cert.pem()).unwrap();
-        Ca {
-            issuer: Issuer::new(params, key),
-            dir: dir.to_path_buf(),
-        }
-    }
-
-    /// Writes `NAME.pem` and `NAME-key.pem`.
-    fn leaf(&self, name: &str, cn: &str, sans: Vec<SanType>, usage: ExtendedKeyUsagePurpose) {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::default();
-        let mut dn = DistinguishedName::new();
-        dn.push(DnType::CommonName, cn);
-        params.distinguished_name = dn;
-        params.subject_alt_names = sans;
-        params.extended_key_usages = vec![usage];
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        std::fs::write(self.dir.join(format!("{name}.pem")), cert.pem()).unwrap();
-        std::fs::write(
-            self.dir.join(format!("{name}-key.pem")),
-            key.serialize_pem(),
-        )
-        .unwrap();
-    }
 }
 
 /// `--client-name` admits a certificate with that DNS or URI name; one

@@ -17,11 +17,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{check, run, wait_until, Agent, AgentSpec, BIN};
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose, SanType,
-};
+use common::{ca::Ca, check, run, wait_until, Agent, AgentSpec, BIN};
+use rcgen::{ExtendedKeyUsagePurpose, SanType};
 use support::testenv;
 
 const LIMIT: &str = "user.max_user_namespaces";
@@ -436,48 +433,6 @@ fn prometheus_scrapes_over_mtls_with_tls_init_material() {
     assert_eq!(prom.query(&limit).as_deref(), Some("0"));
 }
 
-/// A CA and certificates signed by it.
-struct Ca {
-    issuer: Issuer<'static, KeyPair>,
-    dir: PathBuf,
-}
-
-impl Ca {
-    fn new(dir: &Path) -> Ca {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::default();
-        let mut dn = DistinguishedName::new();
-        dn.push(DnType::CommonName, "metrics test CA");
-        params.distinguished_name = dn;
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let cert = params.self_signed(&key).unwrap();
-        std::fs::write(dir.join("ca.pem"), cert.pem()).unwrap();
-        Ca {
-            issuer: Issuer::new(params, key),
-            dir: dir.to_path_buf(),
-        }
-    }
-
-    /// Writes `NAME.pem` and `NAME-key.pem`.
-    fn leaf(&self, name: &str, sans: Vec<SanType>, usage: ExtendedKeyUsagePurpose) {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::default();
-        let mut dn = DistinguishedName::new();
-        dn.push(DnType::CommonName, name);
-        params.distinguished_name = dn;
-        params.subject_alt_names = sans;
-        params.extended_key_usages = vec![usage];
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        std::fs::write(self.dir.join(format!("{name}.pem")), cert.pem()).unwrap();
-        std::fs::write(
-            self.dir.join(format!("{name}-key.pem")),
-            key.serialize_pem(),
-        )
-        .unwrap();
-    }
-}
-
 /// `curl` of the metrics port with a client certificate: its exit code and
 /// what it printed.
 fn curl_metrics(addr: SocketAddr, dir: &Path, who: &str) -> (i32, String) {
@@ -532,15 +487,18 @@ fn metrics_client_names_keep_scrape_and_grpc_certificates_apart() {
     let dns = |n: &str| SanType::DnsName(n.try_into().unwrap());
     ca.leaf(
         "server",
+        "server",
         vec![SanType::IpAddress([127, 0, 0, 1].into())],
         ExtendedKeyUsagePurpose::ServerAuth,
     );
     ca.leaf(
         "scraper",
+        "scraper",
         vec![dns("prometheus.scrape.test")],
         ExtendedKeyUsagePurpose::ClientAuth,
     );
     ca.leaf(
+        "controller",
         "controller",
         vec![dns("controller.test")],
         ExtendedKeyUsagePurpose::ClientAuth,

@@ -10,6 +10,8 @@
 //! `listening addr=<address>`, one per listener.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod ca;
+
 use std::{
     fmt::Display,
     io::{BufRead, BufReader, Read, Write},

@@ -756,6 +756,23 @@ fn wait_timeout(child: &mut Child, limit: Duration) -> Option<std::process::Exit
     }
 }
 
+/// A gRPC channel to the CRI socket at `socket`.
+pub async fn cri_channel(socket: &Path) -> Result<tonic::transport::Channel, String> {
+    let socket = socket.to_path_buf();
+    tonic::transport::Endpoint::try_from("http://[::]")
+        .map_err(|e| e.to_string())?
+        .connect_with_connector(tower::service_fn(move |_| {
+            let s = socket.clone();
+            async move {
+                tokio::net::UnixStream::connect(s)
+                    .await
+                    .map(hyper_util::rt::TokioIo::new)
+            }
+        }))
+        .await
+        .map_err(|e| format!("connect: {e}"))
+}
+
 /// One CRI Version call, on a private runtime in a private thread so this
 /// works from sync tests and from inside `#[tokio::test]` alike.
 fn cri_version(socket: &Path) -> Result<(), String> {
@@ -767,18 +784,7 @@ fn cri_version(socket: &Path) -> Result<(), String> {
             .map_err(|e| format!("tokio runtime: {e}"))?;
         rt.block_on(async move {
             let call = async {
-                let channel = tonic::transport::Endpoint::try_from("http://[::]")
-                    .map_err(|e| e.to_string())?
-                    .connect_with_connector(tower::service_fn(move |_| {
-                        let s = socket.clone();
-                        async move {
-                            tokio::net::UnixStream::connect(s)
-                                .await
-                                .map(hyper_util::rt::TokioIo::new)
-                        }
-                    }))
-                    .await
-                    .map_err(|e| format!("connect: {e}"))?;
+                let channel = cri_channel(&socket).await?;
                 RuntimeServiceClient::new(channel)
                     .version(VersionRequest {
                         version: "0.1.0".into(),
