@@ -412,6 +412,7 @@ if only hostile; then
 		agent=$LASTPID
 		sleep 1
 		read -r rss0 _ <<<"$(mem_kb "$agent")"
+		fds0=$(ls "/proc/$agent/fd" | wc -l)
 		# Held for 5 s: silent ones meet the agent's 10 s preface deadline later.
 		start_bg "$LOAD" conns --addr "127.0.0.1:$port" --count 10000 --hello "$hello" --hold 5s \
 			>"$OUT/conns-$hello.json" 2>"$OUT/conns-$hello.err"
@@ -420,9 +421,17 @@ if only hostile; then
 		sleep 1
 		read -r rss hwm <<<"$(mem_kb "$agent")"
 		wait "$client" 2>/dev/null || true
-		sleep 2
+		# "After" is once the agent let go of them (silent ones only at their
+		# preface deadline), at most 30 s: not while it still holds them.
+		closed=$(now_ms)
+		for ((i = 0; i < 150; i++)); do
+			[ "$(ls "/proc/$agent/fd" | wc -l)" -le $((fds0 + 2)) ] && break
+			sleep 0.2
+		done
+		released_ms=$(($(now_ms) - closed))
+		sleep 1
 		read -r rss_after _ <<<"$(mem_kb "$agent")"
-		rec "{\"kind\":\"conns\",\"hello\":\"$hello\",\"n\":10000,\"rss0_kb\":$rss0,\"rss_kb\":$rss,\"hwm_kb\":$hwm,\"rss_after_kb\":$rss_after,\"client\":$(cat "$OUT/conns-$hello.json")}"
+		rec "{\"kind\":\"conns\",\"hello\":\"$hello\",\"n\":10000,\"rss0_kb\":$rss0,\"rss_kb\":$rss,\"hwm_kb\":$hwm,\"rss_after_kb\":$rss_after,\"released_ms\":$released_ms,\"client\":$(cat "$OUT/conns-$hello.json")}"
 		stop_pid "$agent"
 	done
 fi

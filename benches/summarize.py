@@ -129,7 +129,8 @@ def main():
                          f"{per / 1024:.1f} KiB (VmRSS {mib_kb(c['rss_kb'])}, before {mib_kb(c['rss0_kb'])})",
                          yes(per <= 32 * 1024)))
         rows.append((f"RSS after {n:,} {'silent TCP' if c['hello'] == 'none' else 'idle HTTP/2'} connections closed",
-                     "≤ before + 8 MiB", f"{mib_kb(c['rss_after_kb'])} (before {mib_kb(c['rss0_kb'])})", yes(back)))
+                     "≤ before + 8 MiB", f"{mib_kb(c['rss_after_kb'])} (before {mib_kb(c['rss0_kb'])}; "
+                     f"all released {c.get('released_ms', 0) / 1000:.1f} s after the client closed)", yes(back)))
 
     # Latency (closed loop, per-call timing by the Rust client).
     lat = [r["r"] for r in by.get("latency", [])]
