@@ -786,3 +786,37 @@ async fn a_fifo_in_place_of_a_sysctl_does_not_hang_the_agent() {
     }
     assert!(alive(agent.child.id()), "the agent died");
 }
+
+/// `probe --timeout` bounds the whole probe, whatever the steps' own
+/// deadlines: a CRI that accepts and never answers, given 60 s of its own,
+/// ends `probe` at its 1 s deadline with one line and exit 2.
+#[test]
+fn probe_stops_at_its_own_deadline_when_a_step_hangs_longer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("hung.sock");
+    // Bound and listening, never accepted: connect succeeds, nothing answers.
+    let _hung = UnixListener::bind(&socket).expect("bind");
+    let started = Instant::now();
+    let out = common::run({
+        let mut c = std::process::Command::new(common::BIN);
+        c.args([
+            "probe",
+            "--timeout",
+            "1s",
+            "--cri-timeout",
+            "60s",
+            "--cri-endpoint",
+        ])
+        .arg(format!("unix://{}", socket.display()));
+        c
+    });
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(took < Duration::from_secs(10), "probe took {took:?}");
+    assert_eq!(
+        stderr.trim(),
+        "sandbox-readiness probe: did not finish within 1s (--timeout): a host read, the CRI or a child hung"
+    );
+    assert!(out.stdout.is_empty(), "printed a partial report");
+}
