@@ -17,88 +17,14 @@ use std::{
 
 use tonic::Code;
 
-use sandbox_readiness::{
-    observe::canary::LABEL,
-    proto::{
-        cri::{runtime_service_client::RuntimeServiceClient, ListPodSandboxRequest},
-        v1::{
-            readiness_service_client::ReadinessServiceClient, CheckRequest, DesiredState,
-            ProbeOutcome,
-        },
-    },
+use sandbox_readiness::proto::v1::{
+    readiness_service_client::ReadinessServiceClient, CheckRequest, DesiredState, ProbeOutcome,
 };
-use support::containerd::{Containerd, Options, Version};
+use support::containerd::{
+    canary_sandboxes as labelled_sandboxes, import_pause, Containerd, Options, PAUSE_IMAGE as PAUSE,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_sandbox-readiness");
-const PAUSE: &str = "registry.k8s.io/pause:3.10";
-
-/// The pause image as an OCI archive in `dir` (the runtime's own
-/// directory, removed with it): busybox-static sleeping forever.
-fn pause_archive(dir: &Path) -> PathBuf {
-    let dir = dir.join("pause");
-    let layout = dir.join("layout");
-    let image = format!("{}:3.10", layout.display());
-    let bundle = dir.join("bundle");
-    let sh = |args: &[&str]| {
-        let st = Command::new("umoci")
-            .args(args)
-            .status()
-            .unwrap_or_else(|e| panic!("umoci: {e} (scripts/install-test-deps.sh installs it)"));
-        assert!(st.success(), "umoci {args:?}: {st}");
-    };
-    sh(&["init", "--layout", layout.to_str().unwrap()]);
-    sh(&["new", "--image", &image]);
-    sh(&["unpack", "--image", &image, bundle.to_str().unwrap()]);
-    std::fs::create_dir_all(bundle.join("rootfs/bin")).unwrap();
-    std::fs::copy("/bin/busybox", bundle.join("rootfs/bin/busybox"))
-        .expect("busybox-static (scripts/install-test-deps.sh installs it)");
-    sh(&["repack", "--image", &image, bundle.to_str().unwrap()]);
-    sh(&[
-        "config",
-        "--image",
-        &image,
-        "--config.entrypoint",
-        "/bin/busybox",
-        "--config.cmd",
-        "sleep",
-        "--config.cmd",
-        "2147483647",
-    ]);
-    let archive = dir.join("pause.tar");
-    let st = Command::new("tar")
-        .arg("-C")
-        .arg(&layout)
-        .arg("-cf")
-        .arg(&archive)
-        .arg(".")
-        .status()
-        .unwrap();
-    assert!(st.success());
-    archive
-}
-
-/// Imports the pause image into the runtime's CRI namespace, labelled
-/// pinned as containerd labels the sandbox image it pulls itself.
-fn import_pause(ctd: &Containerd) {
-    let mut cmd = ctd.ctr();
-    cmd.args([
-        "-n",
-        "k8s.io",
-        "images",
-        "import",
-        "--base-name",
-        "registry.k8s.io/pause",
-    ]);
-    if ctd.version() == Version::V2 {
-        cmd.args(["--label", "io.cri-containerd.pinned=pinned"]);
-    }
-    let out = cmd.arg(pause_archive(ctd.dir())).output().unwrap();
-    assert!(
-        out.status.success(),
-        "ctr import: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// containerd 2.1 that can start pod sandboxes (runc, runsc registered
 /// without its shim, as Debian ships none).
@@ -141,25 +67,6 @@ fn codes(doc: &serde_json::Value) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// Sandboxes carrying the canary label, listed through the CRI without a
-/// filter (a runtime ignoring filters must not hide one).
-async fn labelled_sandboxes(ctd: &Containerd) -> Result<Vec<String>, String> {
-    let channel = support::containerd::cri_channel(ctd.socket()).await?;
-    let mut client = RuntimeServiceClient::new(channel);
-    let list = client.list_pod_sandbox(ListPodSandboxRequest::default());
-    let items = tokio::time::timeout(Duration::from_secs(2), list)
-        .await
-        .map_err(|_| "ListPodSandbox did not answer".to_string())?
-        .map_err(|s| s.to_string())?
-        .into_inner()
-        .items;
-    Ok(items
-        .into_iter()
-        .filter(|s| s.labels.contains_key(LABEL))
-        .map(|s| s.id)
-        .collect())
 }
 
 fn assert_nothing_left(ctd: &Containerd) {

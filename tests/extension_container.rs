@@ -62,7 +62,7 @@ use std::{
 
 use serde_json::Value;
 use support::{
-    containerd::{Containerd, Options},
+    containerd::{canary_sandboxes, import_pause, Containerd, Options, PAUSE_IMAGE},
     testenv,
 };
 
@@ -305,6 +305,9 @@ struct NodeOptions {
     tls: bool,
     /// Extra ExtensionServiceConfig environment, after tls init's.
     env: Vec<String>,
+    /// The host's containerd can start pod sandboxes (a pause image, and
+    /// no OOM score it cannot set here): for the CRI canary.
+    pod_sandboxes: bool,
 }
 
 impl Default for NodeOptions {
@@ -313,6 +316,7 @@ impl Default for NodeOptions {
             hang: false,
             tls: true,
             env: Vec::new(),
+            pod_sandboxes: false,
         }
     }
 }
@@ -325,7 +329,14 @@ fn ctr(ctd: &Containerd, args: &[&str]) -> testenv::Finished {
 
 impl Node {
     fn start(opts: NodeOptions) -> Node {
-        let ctd = Containerd::start(Options::containerd2_with_runsc());
+        let ctd = if opts.pod_sandboxes {
+            let ctd =
+                Containerd::start(Options::containerd2_with_runsc().pod_sandboxes(PAUSE_IMAGE));
+            import_pause(&ctd);
+            ctd
+        } else {
+            Containerd::start(Options::containerd2_with_runsc())
+        };
         let host = ctd.dir().to_path_buf();
         lay_out_host_tree(&host, opts.hang);
         let spec = service_spec();
@@ -905,6 +916,73 @@ fn no_false_failure_inside_the_extension_container() {
     assert!(!codes.contains(&"SANDBOX_PROBE_FAILED"), "{codes:?}");
 }
 
+/// The CRI canary from inside the extension container, under the spec
+/// machined builds (its seccomp profile, no cgroup mount, NOFILE 1024):
+/// it asks the host's containerd for a real pod sandbox and removes it.
+/// And `--require-sandbox-probe`, whose `runsc do` cannot run there, stands
+/// on the gVisor handler's canary, which fails here for want of the shim —
+/// a failure about the node, named as such, not SANDBOX_PROBE_NOT_RUN.
+#[test]
+fn the_canary_runs_from_inside_the_extension_container() {
+    let node = Node::start(NodeOptions {
+        pod_sandboxes: true,
+        env: vec!["SANDBOX_READINESS_ALLOW_CANARY=runc,runsc".into()],
+        ..NodeOptions::default()
+    });
+    let canary = |n: &Value, handler: &str| -> Value {
+        n["report"]["canaries"]
+            .as_array()
+            .and_then(|a| a.iter().find(|c| c["handler"] == handler).cloned())
+            .unwrap_or_else(|| panic!("no {handler} canary: {n:#}\nservice log:\n{}", node.log()))
+    };
+    let codes = |n: &Value| -> Vec<String> {
+        n["verdict"]["findings"]
+            .as_array()
+            .map(|f| {
+                f.iter()
+                    .filter_map(|x| Some(x["code"].as_str()?.to_string()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+
+    let run = node.check(&["--require-canary", "runc"], Duration::from_secs(60));
+    let n = node.report(&run);
+    let runc = canary(&n, "runc");
+    assert_eq!(
+        runc["result"]["outcome"], "PROBE_OUTCOME_PASSED",
+        "{runc:#}"
+    );
+    assert_eq!(runc["image"], PAUSE_IMAGE, "{runc:#}");
+    assert_eq!(run.code(), 0, "{:?}\n{}", codes(&n), run.stderr);
+
+    let run = node.check(&["--require-sandbox-probe"], Duration::from_secs(60));
+    let n = node.report(&run);
+    let runsc = canary(&n, "runsc");
+    assert_eq!(
+        runsc["result"]["outcome"], "PROBE_OUTCOME_FAILED",
+        "{runsc:#}"
+    );
+    assert!(
+        runsc.to_string().contains("containerd-shim-runsc-v1"),
+        "{runsc:#}"
+    );
+    let codes = codes(&n);
+    assert!(
+        codes.iter().any(|c| c == "SANDBOX_PROBE_FAILED"),
+        "{codes:?}"
+    );
+    assert!(
+        !codes.iter().any(|c| c == "SANDBOX_PROBE_NOT_RUN"),
+        "{codes:?}"
+    );
+    assert_eq!(run.code(), 1);
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let left = rt.block_on(canary_sandboxes(&node.ctd)).unwrap();
+    assert!(left.is_empty(), "canary sandboxes left behind: {left:?}");
+}
+
 /// NOFILE is 1024 before Talos 1.13: the agent sizes its connection and
 /// watcher limits to it and says so.
 #[test]
@@ -947,6 +1025,7 @@ async fn idle_flood_changes_nothing(tls: bool) {
             "SANDBOX_READINESS_POLL_INTERVAL=200ms".into(),
             "SANDBOX_READINESS_PROBE_INTERVAL=1s".into(),
         ],
+        ..NodeOptions::default()
     });
     let before = node.report(&node.check(&[], Duration::from_secs(30)));
     let key = |n: &Value| {

@@ -756,6 +756,100 @@ fn wait_timeout(child: &mut Child, limit: Duration) -> Option<std::process::Exit
     }
 }
 
+/// The sandbox image the runtimes of `Options::pod_sandboxes` are given.
+pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
+
+/// The pause image as an OCI archive in `dir` (the runtime's own
+/// directory, removed with it): busybox-static sleeping forever.
+fn pause_archive(dir: &Path) -> PathBuf {
+    let dir = dir.join("pause");
+    let layout = dir.join("layout");
+    let image = format!("{}:3.10", layout.display());
+    let bundle = dir.join("bundle");
+    let sh = |args: &[&str]| {
+        let st = Command::new("umoci")
+            .args(args)
+            .status()
+            .unwrap_or_else(|e| panic!("umoci: {e} (scripts/install-test-deps.sh installs it)"));
+        assert!(st.success(), "umoci {args:?}: {st}");
+    };
+    sh(&["init", "--layout", layout.to_str().unwrap()]);
+    sh(&["new", "--image", &image]);
+    sh(&["unpack", "--image", &image, bundle.to_str().unwrap()]);
+    std::fs::create_dir_all(bundle.join("rootfs/bin")).unwrap();
+    std::fs::copy("/bin/busybox", bundle.join("rootfs/bin/busybox"))
+        .expect("busybox-static (scripts/install-test-deps.sh installs it)");
+    sh(&["repack", "--image", &image, bundle.to_str().unwrap()]);
+    sh(&[
+        "config",
+        "--image",
+        &image,
+        "--config.entrypoint",
+        "/bin/busybox",
+        "--config.cmd",
+        "sleep",
+        "--config.cmd",
+        "2147483647",
+    ]);
+    let archive = dir.join("pause.tar");
+    let st = Command::new("tar")
+        .arg("-C")
+        .arg(&layout)
+        .arg("-cf")
+        .arg(&archive)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    archive
+}
+
+/// Imports the pause image into the runtime's CRI namespace, labelled
+/// pinned as containerd labels the sandbox image it pulls itself.
+pub fn import_pause(ctd: &Containerd) {
+    let mut cmd = ctd.ctr();
+    cmd.args([
+        "-n",
+        "k8s.io",
+        "images",
+        "import",
+        "--base-name",
+        "registry.k8s.io/pause",
+    ]);
+    if ctd.version() == Version::V2 {
+        cmd.args(["--label", "io.cri-containerd.pinned=pinned"]);
+    }
+    let out = cmd.arg(pause_archive(ctd.dir())).output().unwrap();
+    assert!(
+        out.status.success(),
+        "ctr import: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Sandboxes carrying the canary label, listed through the CRI without a
+/// filter (a runtime ignoring filters must not hide one).
+pub async fn canary_sandboxes(ctd: &Containerd) -> Result<Vec<String>, String> {
+    let channel = cri_channel(ctd.socket()).await?;
+    let mut client = RuntimeServiceClient::new(channel);
+    let list =
+        client.list_pod_sandbox(sandbox_readiness::proto::cri::ListPodSandboxRequest::default());
+    let items = tokio::time::timeout(Duration::from_secs(2), list)
+        .await
+        .map_err(|_| "ListPodSandbox did not answer".to_string())?
+        .map_err(|s| s.to_string())?
+        .into_inner()
+        .items;
+    Ok(items
+        .into_iter()
+        .filter(|s| {
+            s.labels
+                .contains_key(sandbox_readiness::observe::canary::LABEL)
+        })
+        .map(|s| s.id)
+        .collect())
+}
+
 /// A gRPC channel to the CRI socket at `socket`.
 pub async fn cri_channel(socket: &Path) -> Result<tonic::transport::Channel, String> {
     let socket = socket.to_path_buf();
