@@ -97,7 +97,8 @@ EOF
 }
 
 # VmRSS and VmHWM (kB) of a pid.
-mem_kb() { awk '/^VmRSS|^VmHWM/ {printf "%s ", $2}' "/proc/$1/status"; }
+# (By name: /proc lists VmHWM before VmRSS.)
+mem_kb() { awk '/^VmRSS/ {r = $2} /^VmHWM/ {h = $2} END {printf "%s %s ", r, h}' "/proc/$1/status"; }
 # utime stime cutime cstime (clock ticks) of a pid.
 cpu_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{print $12, $13, $14, $15}'; }
 
