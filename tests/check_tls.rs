@@ -133,3 +133,57 @@ fn mtls_agent_is_asked_with_the_client_identity_and_refuses_others() {
     );
     assert_eq!(run.code(), 2, "{}", run.stderr);
 }
+
+/// `-n NAME=ADDRESS`: the row is the node's name, and under
+/// `--tls-server-name-from-node` the agent's certificate must hold that
+/// name, not the address it is reached at.
+#[test]
+fn a_named_node_is_verified_by_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    tls_init(&certs);
+    let f = |name: &str| certs.join(name).to_str().unwrap().to_string();
+    let mut spec = AgentSpec::pool_member(11255);
+    spec.extra.extend(args(&[
+        "--tls-cert",
+        &f("server.pem"),
+        "--tls-key",
+        &f("server-key.pem"),
+        "--client-ca",
+        &f("ca.pem"),
+    ]));
+    let agent = Agent::spawn(spec);
+    let ask = |name: &str| {
+        check(
+            &args(&[
+                "-n",
+                &format!("{name}={}", agent.addr),
+                "--tls-server-name-from-node",
+                "--tls-ca",
+                &f("ca.pem"),
+                "--tls-cert",
+                &f("client.pem"),
+                "--tls-key",
+                &f("client-key.pem"),
+                "--timeout",
+                "3s",
+                "-o",
+                "json",
+            ]),
+            Duration::from_secs(20),
+        )
+    };
+    let run = ask("agent.example");
+    assert_eq!(run.code(), 0, "{}{}", run.stdout, run.stderr);
+    let node = &run.json()["nodes"][0];
+    assert_eq!(node["name"], "agent.example", "{node:#}");
+
+    let run = ask("other.example");
+    assert_eq!(run.code(), 1, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout
+            .contains("certificate not valid for name \\\"other.example\\\""),
+        "{}",
+        run.stdout
+    );
+}

@@ -34,7 +34,7 @@ const WHO: &str = "sandbox-readiness check";
 /// Flags of `check`.
 #[derive(Debug, Clone, Args)]
 pub struct CheckArgs {
-    /// Nodes to ask, comma-separated (repeatable): HOST, HOST:PORT, IPv4, [IPv6], [IPv6]:PORT.
+    /// Nodes to ask, comma-separated (repeatable): HOST, HOST:PORT, IPv4, [IPv6], [IPv6]:PORT, each optionally NAME=… (the row's name, and the certificate's under --tls-server-name-from-node).
     #[arg(short = 'n', long = "nodes", value_name = "NODES")]
     pub nodes: Vec<String>,
     /// A file of nodes, one per line; '#' starts a comment (repeatable).

@@ -172,6 +172,8 @@ pub enum EntryError {
     BadHost(String, &'static str),
     #[error("{0:?} is not a valid IPv4 address")]
     BadIpv4(String),
+    #[error("{0:?}: the name before '=' is not valid: {1}")]
+    BadName(String, &'static str),
 }
 
 /// Why a node source was refused; always names the source and position.
@@ -187,7 +189,8 @@ fn quote(s: &str) -> String {
     s.chars().take(QUOTE_CHARS).collect()
 }
 
-/// Parses one entry: `host`, `host:port`, IPv4, `[IPv6]` or `[IPv6]:port`.
+/// Parses one entry: `host`, `host:port`, IPv4, `[IPv6]` or `[IPv6]:port`,
+/// each optionally named: `NAME=host:port`.
 pub fn parse_entry(raw: &str, default_port: u16) -> Result<Node, EntryError> {
     let s = raw.trim();
     if s.is_empty() {
@@ -202,6 +205,20 @@ pub fn parse_entry(raw: &str, default_port: u16) -> Result<Node, EntryError> {
     }
     if s.contains("://") || s.contains('/') {
         return Err(EntryError::Url(quote(s)));
+    }
+    // NAME=ADDRESS: the row (and, under --tls-server-name-from-node, the
+    // certificate) is the node's name, the agent is reached at ADDRESS.
+    if let Some((name, rest)) = s.split_once('=') {
+        if rest.contains('=') {
+            return Err(EntryError::BadName(quote(s), "more than one '='"));
+        }
+        let name = parse_host(name).map_err(|e| match e {
+            EntryError::BadHost(_, why) => EntryError::BadName(quote(s), why),
+            _ => EntryError::BadName(quote(s), "not a DNS name or IPv4 address"),
+        })?;
+        let mut node = parse_entry(rest, default_port)?;
+        node.name = name.to_string();
+        return Ok(node);
     }
     let (host, port_text) = if let Some(rest) = s.strip_prefix('[') {
         let Some((inner, after)) = rest.split_once(']') else {

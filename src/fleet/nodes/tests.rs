@@ -25,6 +25,13 @@ fn entry_forms() {
         ("[fd00::0001]:65535", "[fd00::1]:65535", "[fd00::1]:65535"),
         ("  localhost  ", "localhost", "localhost:10150"),
         ("host.", "host.", "host.:10150"),
+        ("worker-1=10.0.0.21", "worker-1", "10.0.0.21:10150"),
+        ("Worker-1=[fd00::1]:7000", "worker-1", "[fd00::1]:7000"),
+        (
+            "10.0.0.21=node-a.example:1",
+            "10.0.0.21",
+            "node-a.example:1",
+        ),
     ];
     for (input, name, address) in cases {
         let n = parse_entry(input, DEFAULT_PORT).unwrap();
@@ -66,6 +73,11 @@ fn hostile_entries_are_refused_clearly() {
         ("h\u{e9}te", "only letters"),
         (":80", "empty host"),
         ("a:b:c", "too many ':'"),
+        ("=10.0.0.1", "the name before '=' is not valid: empty host"),
+        ("w1=w2=10.0.0.1", "more than one '='"),
+        ("-w=10.0.0.1", "the name before '=' is not valid"),
+        ("w1=", "empty node entry"),
+        ("w1=http://h", "looks like a URL"),
     ];
     for (input, want) in cases {
         let e = parse_entry(input, DEFAULT_PORT).unwrap_err().to_string();
