@@ -6,33 +6,18 @@
 
 mod common;
 
-use std::{path::Path, process::Command, time::Duration};
+use std::{path::Path, time::Duration};
 
-use common::{args, check, Agent, AgentSpec, BIN};
+use common::{args, check, Agent, AgentSpec};
 
-fn tls_init(dir: &Path) {
-    let out = Command::new(BIN)
-        .args(["tls", "init"])
-        .arg(dir)
-        .args(["--san", "agent.example", "--san", "127.0.0.1"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+/// `tls init` material for agent.example and 127.0.0.1 in `dir`.
+fn certs_for_agent(dir: &Path) {
+    common::tls_init(dir, &["--san", "agent.example", "--san", "127.0.0.1"]);
 }
 
-#[test]
-fn mtls_agent_is_asked_with_the_client_identity_and_refuses_others() {
-    let dir = tempfile::tempdir().unwrap();
-    let certs = dir.path().join("certs");
-    let other = dir.path().join("other");
-    tls_init(&certs);
-    tls_init(&other);
+/// An agent at limit 11255 serving mTLS with the material in `certs`.
+fn mtls_agent(certs: &Path) -> Agent {
     let f = |name: &str| certs.join(name).to_str().unwrap().to_string();
-
     let mut spec = AgentSpec::pool_member(11255);
     spec.extra.extend(args(&[
         "--tls-cert",
@@ -42,7 +27,19 @@ fn mtls_agent_is_asked_with_the_client_identity_and_refuses_others() {
         "--client-ca",
         &f("ca.pem"),
     ]));
-    let agent = Agent::spawn(spec);
+    Agent::spawn(spec)
+}
+
+#[test]
+fn mtls_agent_is_asked_with_the_client_identity_and_refuses_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    let other = dir.path().join("other");
+    certs_for_agent(&certs);
+    certs_for_agent(&other);
+    let f = |name: &str| certs.join(name).to_str().unwrap().to_string();
+
+    let agent = mtls_agent(&certs);
     let node = agent.addr.to_string();
     let base = |extra: &[&str]| {
         let mut a = args(&[
@@ -141,18 +138,9 @@ fn mtls_agent_is_asked_with_the_client_identity_and_refuses_others() {
 fn a_named_node_is_verified_by_its_name() {
     let dir = tempfile::tempdir().unwrap();
     let certs = dir.path().join("certs");
-    tls_init(&certs);
+    certs_for_agent(&certs);
     let f = |name: &str| certs.join(name).to_str().unwrap().to_string();
-    let mut spec = AgentSpec::pool_member(11255);
-    spec.extra.extend(args(&[
-        "--tls-cert",
-        &f("server.pem"),
-        "--tls-key",
-        &f("server-key.pem"),
-        "--client-ca",
-        &f("ca.pem"),
-    ]));
-    let agent = Agent::spawn(spec);
+    let agent = mtls_agent(&certs);
     let ask = |name: &str| {
         check(
             &args(&[

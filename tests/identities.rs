@@ -12,26 +12,10 @@ use std::{
     net::SocketAddr, os::unix::fs::PermissionsExt, path::Path, process::Command, time::Duration,
 };
 
-use common::{args, check, Agent, AgentSpec, BIN};
+use common::{args, check, tls_init, Agent, AgentSpec, BIN};
 
 fn mode(p: &Path) -> u32 {
     std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
-}
-
-/// `tls init DIR extra...`; fails the test unless it succeeds.
-fn tls_init(dir: &Path, extra: &[&str]) -> String {
-    let out = Command::new(BIN)
-        .args(["tls", "init"])
-        .arg(dir)
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 /// The second line of a PEM block: a piece of its body, to look for.

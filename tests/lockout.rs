@@ -11,28 +11,16 @@ use std::{
     collections::HashSet,
     net::SocketAddr,
     path::{Path, PathBuf},
-    process::Command,
     time::{Duration, Instant},
 };
 
-use common::{args, ca::Ca, check, run, Agent, BIN};
+use common::{args, ca::Ca, check, Agent};
 use rcgen::{ExtendedKeyUsagePurpose, SanType};
 
 /// `tls init` material for 127.0.0.1 in `dir`.
 fn tls_init(dir: &Path) -> PathBuf {
     let tls = dir.join("tls");
-    let out = run({
-        let mut c = Command::new(BIN);
-        c.args(["tls", "init"])
-            .arg(&tls)
-            .args(["--san", "127.0.0.1"]);
-        c
-    });
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::tls_init(&tls, &["--san", "127.0.0.1"]);
     tls
 }
 

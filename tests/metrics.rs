@@ -370,21 +370,7 @@ fn path(dir: &Path, name: &str) -> String {
 fn prometheus_scrapes_over_mtls_with_tls_init_material() {
     let dir = tempfile::tempdir().unwrap();
     let tls = dir.path().join("tls");
-    let out = run({
-        let mut c = Command::new(BIN);
-        c.args(["tls", "init"]).arg(&tls).args([
-            "--san",
-            "127.0.0.1",
-            "--san",
-            "agent.metrics.test",
-        ]);
-        c
-    });
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::tls_init(&tls, &["--san", "127.0.0.1", "--san", "agent.metrics.test"]);
     let (cert, key, ca) = (
         path(&tls, "server.pem"),
         path(&tls, "server-key.pem"),

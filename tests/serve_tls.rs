@@ -15,22 +15,10 @@ use common::{run, Agent, AgentSpec, BIN};
 fn check_with_tls_init_material_succeeds_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
     let tls = dir.path().join("tls");
-    let out = run({
-        let mut c = Command::new(BIN);
-        c.args(["tls", "init"]).arg(&tls).args([
-            "--san",
-            "127.0.0.1",
-            "--san",
-            "node-1.pool.example",
-        ]);
-        c
-    });
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let printed = common::tls_init(
+        &tls,
+        &["--san", "127.0.0.1", "--san", "node-1.pool.example"],
     );
-    let printed = String::from_utf8_lossy(&out.stdout);
     assert!(!printed.contains("PRIVATE KEY"), "{printed}");
     let config = std::fs::read_to_string(tls.join("server.yaml")).unwrap();
     assert!(config.contains("kind: ExtensionServiceConfig"), "{config}");

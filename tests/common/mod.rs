@@ -206,6 +206,22 @@ pub fn listening_addr(line: &str) -> Option<SocketAddr> {
         .and_then(|a| a.trim_matches('"').parse().ok())
 }
 
+/// `tls init DIR extra...` (e.g. `--san 127.0.0.1`): what it printed;
+/// fails the test unless it succeeds.
+pub fn tls_init(dir: &Path, extra: &[&str]) -> String {
+    let out = run({
+        let mut c = Command::new(BIN);
+        c.args(["tls", "init"]).arg(dir).args(extra);
+        c
+    });
+    assert!(
+        out.status.success(),
+        "tls init: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The value of `key=` in a text-format log line, quotes removed.
 pub fn log_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     line.split_whitespace()
