@@ -67,9 +67,9 @@ pub struct CheckArgs {
     /// At most this many nodes are connected to or asked at once.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub parallel: u32,
-    /// Deadline per node (connecting included).
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
-    pub timeout: Duration,
+    /// Deadline per node (connecting included) [default: 5s, or 30s when the desired state requires a CRI canary or the sandbox probe: those start sandboxes on the node, which takes seconds].
+    #[arg(long, value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
     /// Deadline for resolving and connecting to one node.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub connect_timeout: Duration,
@@ -107,6 +107,17 @@ pub struct CheckArgs {
     pub desired: DesiredArgs,
 }
 
+/// `--timeout` when not given: what a cached answer needs, unless the
+/// question makes the agent start a sandbox first (its own request deadline
+/// is 30 s, `serve --request-timeout`).
+fn default_timeout(desired: &DesiredState) -> Duration {
+    if desired.require_sandbox_probe || !desired.require_canary.is_empty() {
+        Duration::from_secs(30)
+    } else {
+        Duration::from_secs(5)
+    }
+}
+
 impl CheckArgs {
     fn to_config(&self, desired: DesiredState) -> CheckConfig {
         // clap makes --tls-cert, --tls-key and --tls-server-name need --tls-ca.
@@ -129,7 +140,7 @@ impl CheckArgs {
             expect_cmd: self.expect_cmd.clone(),
             port: self.port,
             parallel: self.parallel,
-            timeout: self.timeout,
+            timeout: self.timeout.unwrap_or_else(|| default_timeout(&desired)),
             connect_timeout: self.connect_timeout,
             wait: self.wait,
             tls,
@@ -471,4 +482,28 @@ async fn run_wait(args: &CheckArgs, plan: Plan, limit: Duration) -> Outcome {
     drop(watch);
     results.extend(listing.standing.iter().filter_map(not_asked));
     print_results(args, results, &plan.desired, expected, started.elapsed())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_timeout_waits_longer_only_for_sandboxes_started_on_the_node() {
+        let plain = DesiredState {
+            require_userns: true,
+            ..DesiredState::default()
+        };
+        assert_eq!(default_timeout(&plain), Duration::from_secs(5));
+        let canary = DesiredState {
+            require_canary: vec!["runc".into()],
+            ..DesiredState::default()
+        };
+        assert_eq!(default_timeout(&canary), Duration::from_secs(30));
+        let sandbox = DesiredState {
+            require_sandbox_probe: true,
+            ..DesiredState::default()
+        };
+        assert_eq!(default_timeout(&sandbox), Duration::from_secs(30));
+    }
 }
