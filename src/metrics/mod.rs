@@ -110,6 +110,39 @@ const GVISOR_STATES: [(GvisorReadiness, &str); 4] = [
     (GvisorReadiness::Unknown, "unknown"),
 ];
 
+/// For each `(label value, last run)`: an outcome family (1 for the run's
+/// outcome, 0 for the others; all 0 when it never ran) and a duration
+/// family (runs only). Probes and canaries are reported alike.
+fn outcome_families(
+    e: &mut Encoder,
+    [outcome_name, outcome_help]: [&str; 2],
+    [duration_name, duration_help]: [&str; 2],
+    label: &str,
+    runs: &[(&str, Option<&Probe>)],
+) {
+    e.family(outcome_name, Kind::Gauge, outcome_help);
+    for (value, p) in runs {
+        let got = p.map(|p| p.outcome());
+        for (outcome, word) in PROBE_OUTCOMES {
+            e.sample(
+                outcome_name,
+                &[(label, value), ("outcome", word)],
+                bool01(got == Some(outcome)),
+            );
+        }
+    }
+    e.family(duration_name, Kind::Gauge, duration_help);
+    for (value, p) in runs {
+        if let Some(d) = p.and_then(|p| p.duration.as_ref()) {
+            e.sample(duration_name, &[(label, value)], seconds(d));
+        }
+    }
+}
+
+fn unix_seconds(t: &pbjson_types::Timestamp) -> f64 {
+    t.seconds as f64 + f64::from(t.nanos) / 1e9
+}
+
 fn seconds(d: &pbjson_types::Duration) -> f64 {
     d.seconds as f64 + f64::from(d.nanos) / 1e9
 }
@@ -192,29 +225,19 @@ pub fn render(report: &Report, defaults: &DesiredState, agent: &AgentStats) -> S
         ),
         ("sandbox", gvisor.and_then(|g| g.sandbox.as_ref())),
     ];
-    let name = m("probe_outcome");
-    e.family(
-        &name,
-        Kind::Gauge,
-        "1 for the outcome of each probe's last run, 0 for the other outcomes (all 0: not run).",
+    outcome_families(
+        &mut e,
+        [
+            &m("probe_outcome"),
+            "1 for the outcome of each probe's last run, 0 for the other outcomes (all 0: not run).",
+        ],
+        [
+            &m("probe_duration_seconds"),
+            "How long each probe's last run took.",
+        ],
+        "probe",
+        &probes,
     );
-    for (probe, p) in &probes {
-        let got = p.map(|p| p.outcome());
-        for (outcome, word) in PROBE_OUTCOMES {
-            e.sample(
-                &name,
-                &[("probe", probe), ("outcome", word)],
-                bool01(got == Some(outcome)),
-            );
-        }
-    }
-    let name = m("probe_duration_seconds");
-    e.family(&name, Kind::Gauge, "How long each probe's last run took.");
-    for (probe, p) in &probes {
-        if let Some(d) = p.and_then(|p| p.duration.as_ref()) {
-            e.sample(&name, &[("probe", probe)], seconds(d));
-        }
-    }
 
     let name = m("gvisor_readiness");
     e.family(
@@ -254,46 +277,33 @@ pub fn render(report: &Report, defaults: &DesiredState, agent: &AgentStats) -> S
     // Only canaries that ran (required by serve's defaults or by a request
     // the operator allowed): one series set per handler.
     if !report.canaries.is_empty() {
-        let name = m("canary_outcome");
-        e.family(
-            &name,
-            Kind::Gauge,
-            "1 for the outcome of the last CRI canary per runtime handler, 0 for the other outcomes (skipped: not run, e.g. no sandbox image).",
+        let canaries: Vec<(&str, Option<&Probe>)> = report
+            .canaries
+            .iter()
+            .map(|c| (c.handler.as_str(), c.result.as_ref()))
+            .collect();
+        outcome_families(
+            &mut e,
+            [
+                &m("canary_outcome"),
+                "1 for the outcome of the last CRI canary per runtime handler, 0 for the other outcomes (skipped: not run, e.g. no sandbox image).",
+            ],
+            [
+                &m("canary_duration_seconds"),
+                "How long the last CRI canary per runtime handler took.",
+            ],
+            "handler",
+            &canaries,
         );
-        for c in &report.canaries {
-            let got = c.result.as_ref().map(|p| p.outcome());
-            for (outcome, word) in PROBE_OUTCOMES {
-                e.sample(
-                    &name,
-                    &[("handler", &c.handler), ("outcome", word)],
-                    bool01(got == Some(outcome)),
-                );
-            }
-        }
-        let name = m("canary_duration_seconds");
-        e.family(
-            &name,
-            Kind::Gauge,
-            "How long the last CRI canary per runtime handler took.",
-        );
-        for c in &report.canaries {
-            if let Some(d) = c.result.as_ref().and_then(|p| p.duration.as_ref()) {
-                e.sample(&name, &[("handler", &c.handler)], seconds(d));
-            }
-        }
         let name = m("canary_last_run_timestamp_seconds");
         e.family(
             &name,
             Kind::Gauge,
             "When the last CRI canary per runtime handler ran (Unix time).",
         );
-        for c in &report.canaries {
-            if let Some(t) = c.result.as_ref().and_then(|p| p.ran_at.as_ref()) {
-                e.sample(
-                    &name,
-                    &[("handler", &c.handler)],
-                    t.seconds as f64 + f64::from(t.nanos) / 1e9,
-                );
+        for (handler, p) in &canaries {
+            if let Some(t) = p.and_then(|p| p.ran_at.as_ref()) {
+                e.sample(&name, &[("handler", handler)], unix_seconds(t));
             }
         }
     }
@@ -372,7 +382,7 @@ pub fn render(report: &Report, defaults: &DesiredState, agent: &AgentStats) -> S
             &m("last_observation_timestamp_seconds"),
             Kind::Gauge,
             "When the published report was observed (Unix time).",
-            t.seconds as f64 + f64::from(t.nanos) / 1e9,
+            unix_seconds(t),
         );
     }
     e.finish()
