@@ -29,29 +29,13 @@ pub async fn probe(cfg: &ObserveConfig, desired: &DesiredState, sandbox_probe: b
     let mut report = observe::observe(&cfg, scope).await;
     // `probe` is run by the operator, so every canary asked for runs (one
     // at a time: each sweeps the canary label first).
-    for handler in canaries_to_run(&report, desired) {
+    for handler in evaluate::canaries_needed(&report, desired) {
         let c = canary::run(&cfg.gvisor.cri_endpoint, &cfg.canary, &handler).await;
         report.canaries.push(c);
     }
     Generations::default().stamp(&mut report);
     let verdict = (!evaluate::is_empty(desired)).then(|| evaluate::evaluate(&report, desired));
     Probed { report, verdict }
-}
-
-/// The required canaries, then those standing in for the sandbox probe,
-/// each once.
-pub fn canaries_to_run(report: &Report, desired: &DesiredState) -> Vec<String> {
-    let mut handlers = desired.require_canary.clone();
-    if desired.require_sandbox_probe {
-        handlers.extend(evaluate::sandbox_probe_canaries(report));
-    }
-    let mut seen = Vec::new();
-    handlers.retain(|h| {
-        let fresh = !seen.contains(h);
-        seen.push(h.clone());
-        fresh
-    });
-    handlers
 }
 
 impl Probed {

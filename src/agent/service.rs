@@ -91,19 +91,14 @@ impl Service {
         }
     }
 
-    /// The canaries `desired` needs for `report`: the required ones, and
-    /// (for `require_sandbox_probe` where runsc cannot run here) the gVisor
-    /// handlers' that the agent may run.
+    /// The canaries `desired` needs for `report` that the agent may run.
+    /// The required ones are all allowed ([`Self::refuse_unallowed`] ran
+    /// first); those standing in for the sandbox probe run only if allowed.
     fn canaries_for(&self, report: &Report, desired: &DesiredState) -> Vec<String> {
-        let mut handlers = desired.require_canary.clone();
-        if desired.require_sandbox_probe {
-            handlers.extend(
-                evaluate::sandbox_probe_canaries(report)
-                    .into_iter()
-                    .filter(|h| self.allowed_canaries.contains(h)),
-            );
-        }
-        handlers
+        evaluate::canaries_needed(report, desired)
+            .into_iter()
+            .filter(|h| self.allowed_canaries.contains(h))
+            .collect()
     }
 
     /// `report`, or a newer one holding recent canaries `desired` needs.

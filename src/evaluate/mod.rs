@@ -614,6 +614,23 @@ pub fn sandbox_probe_canaries(report: &Report) -> Vec<String> {
         .collect()
 }
 
+/// Every canary `desired` needs for `report`, each once: the required
+/// ones, then those standing in for `--require-sandbox-probe`
+/// ([`sandbox_probe_canaries`]).
+pub fn canaries_needed(report: &Report, desired: &DesiredState) -> Vec<String> {
+    let mut handlers = desired.require_canary.clone();
+    if desired.require_sandbox_probe {
+        handlers.extend(sandbox_probe_canaries(report));
+    }
+    let mut seen = Vec::new();
+    handlers.retain(|h| {
+        let fresh = !seen.contains(h);
+        seen.push(h.clone());
+        fresh
+    });
+    handlers
+}
+
 /// `--require-sandbox-probe` where runsc cannot run where the agent runs:
 /// satisfied by a passed canary of every gVisor handler.
 fn canary_for_sandbox_probe(report: &Report) -> Option<Finding> {
