@@ -3,3 +3,4 @@
 //! the test machines. It is held honest by real Kubernetes code: its patch
 //! semantics are compared with `kubectl patch --local` (apimachinery's merge,
 //! offline), and kubectl itself drives it as an operator would.
+pub mod patch;
