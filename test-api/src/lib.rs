@@ -9,6 +9,7 @@ pub mod discovery;
 pub mod faults;
 pub mod identity;
 pub mod kubeconfig;
+pub mod patch;
 pub mod resources;
 pub mod routes;
 pub mod selectors;
@@ -20,7 +21,7 @@ pub mod tls;
 pub mod watch;
 
 mod standin;
-pub use standin::{authz, patch, schema};
+pub use standin::{authz, schema};
 
 pub use faults::{Faults, Scripted};
 pub use identity::{Attributes, NodeAuthzMode, Op, User};

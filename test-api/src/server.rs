@@ -403,16 +403,6 @@ fn selectors(q: &Query) -> Result<(LabelSelector, FieldSelector), ApiError> {
     Ok((l, f))
 }
 
-fn reason_for(code: u16) -> &'static str {
-    match code {
-        400 => "BadRequest",
-        409 => "Conflict",
-        415 => "UnsupportedMediaType",
-        422 => "Invalid",
-        _ => "InternalError",
-    }
-}
-
 const BUILTIN_PATCH_TYPES: [&str; 3] = [
     "application/json-patch+json",
     "application/merge-patch+json",
@@ -599,8 +589,7 @@ fn resource(
             let original = at_version(&rt, &version, old);
             let meta = patch::patch_meta_for(&rt.api_version(&version), &rt.kind);
             let mut patched = patch::apply_patch(kind, &original, body, meta).map_err(|e| {
-                let code = e.http_status();
-                status::status(code, reason_for(code), &e.message(), None)
+                status::status(e.http_status(), e.reason(), &e.message(), None)
             })?;
             // A patch is unconditional unless it names a resourceVersion.
             let rv_missing = patched

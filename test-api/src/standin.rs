@@ -1,65 +1,6 @@
-//! Temporary stand-ins for the patch, schema and authz modules (branches
-//! api-patch and api-schema), with their interfaces from COMMON.md; removed
+//! Temporary stand-ins for the schema and authz modules (branch
+//! api-schema), with their interfaces from COMMON.md; removed
 //! when those branches are merged.
-
-pub mod patch {
-    use serde_json::Value;
-
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum PatchKind {
-        Strategic,
-        Merge,
-        Json,
-    }
-
-    pub struct PatchMeta;
-
-    #[derive(Debug)]
-    pub struct PatchError(String);
-
-    impl PatchError {
-        pub fn http_status(&self) -> u16 {
-            422
-        }
-        pub fn message(&self) -> String {
-            self.0.clone()
-        }
-    }
-
-    fn merge(target: &mut Value, patch: &Value) {
-        if let (Some(t), Some(p)) = (target.as_object_mut(), patch.as_object()) {
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else if v.is_object() && t.get(k).is_some_and(Value::is_object) {
-                    if let Some(tv) = t.get_mut(k) {
-                        merge(tv, v);
-                    }
-                } else {
-                    t.insert(k.clone(), v.clone());
-                }
-            }
-        } else {
-            *target = patch.clone();
-        }
-    }
-
-    pub fn apply_patch(kind: PatchKind, original: &Value, patch: &[u8], _meta: Option<&PatchMeta>) -> Result<Value, PatchError> {
-        let p: Value = serde_json::from_slice(patch).map_err(|e| PatchError(e.to_string()))?;
-        match kind {
-            PatchKind::Json => Err(PatchError("json patch: not in the stand-in".into())),
-            _ => {
-                let mut o = original.clone();
-                merge(&mut o, &p);
-                Ok(o)
-            }
-        }
-    }
-
-    pub fn patch_meta_for(_api_version: &str, _kind: &str) -> Option<&'static PatchMeta> {
-        None
-    }
-}
 
 pub mod schema {
     use crate::status::ApiError;
