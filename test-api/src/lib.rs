@@ -3,3 +3,7 @@
 //! the test machines. It is held honest by real Kubernetes code: its patch
 //! semantics are compared with `kubectl patch --local` (apimachinery's merge,
 //! offline), and kubectl itself drives it as an operator would.
+
+pub mod identity;
+
+pub use identity::{Attributes, NodeAuthzMode, Op, User};
