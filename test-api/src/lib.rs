@@ -7,3 +7,4 @@
 pub mod identity;
 
 pub use identity::{Attributes, NodeAuthzMode, Op, User};
+pub mod schema;
