@@ -12,6 +12,7 @@ pub mod kubeconfig;
 pub mod patch;
 pub mod resources;
 pub mod routes;
+pub mod schema;
 pub mod selectors;
 pub mod server;
 pub mod status;
@@ -21,7 +22,7 @@ pub mod tls;
 pub mod watch;
 
 mod standin;
-pub use standin::{authz, schema};
+pub use standin::authz;
 
 pub use faults::{Faults, Scripted};
 pub use identity::{Attributes, NodeAuthzMode, Op, User};

@@ -5,7 +5,7 @@
 //! served at (the CRDs here differ between versions only in fields the tests
 //! do not exercise, so no conversion is done).
 
-use crate::schema::CrdSet;
+use crate::schema::{CrdSet, Scope};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceType {
@@ -60,6 +60,27 @@ fn builtin(group: &str, version: &str, kind: &str, plural: &str, namespaced: boo
     }
 }
 
+/// Kubernetes version priority (`version.CompareKubeAwareVersionStrings`):
+/// GA above beta above alpha, then the higher number.
+fn version_priority(v: &str) -> (u8, u32, u32) {
+    let Some(rest) = v.strip_prefix('v') else {
+        return (0, 0, 0);
+    };
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    let major = digits.parse().unwrap_or(0);
+    let tail = &rest[digits.len()..];
+    let (stage, n) = if tail.is_empty() {
+        (3, 0)
+    } else if let Some(n) = tail.strip_prefix("beta") {
+        (2, n.parse().unwrap_or(0))
+    } else if let Some(n) = tail.strip_prefix("alpha") {
+        (1, n.parse().unwrap_or(0))
+    } else {
+        (0, 0)
+    };
+    (stage, major, n)
+}
+
 /// All served resources.
 #[derive(Debug, Clone)]
 pub struct Registry {
@@ -88,7 +109,9 @@ impl Registry {
             builtin("events.k8s.io", "v1", "Event", "events", true, false, &["ev"]),
         ];
         for k in crds.kinds() {
-            let mut versions = k.versions.clone();
+            let mut versions: Vec<String> = k.served_versions().map(|v| v.name.clone()).collect();
+            versions.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
+            let status_subresource = k.served_versions().any(|v| v.status_subresource);
             if k.group == "cluster.x-k8s.io" {
                 if let Some(only) = capi_versions {
                     versions = only.to_vec();
@@ -100,8 +123,8 @@ impl Registry {
                 versions,
                 kind: k.kind,
                 plural: k.plural,
-                namespaced: k.namespaced,
-                status_subresource: k.status_subresource,
+                namespaced: k.scope == Scope::Namespaced,
+                status_subresource,
                 crd: true,
                 short_names: k.short_names,
                 unconditional_update: false,

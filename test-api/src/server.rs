@@ -83,7 +83,7 @@ pub(crate) struct Inner {
     tls: Arc<rustls::ServerConfig>,
     store: Arc<Mutex<Store>>,
     registry: Arc<Registry>,
-    crds: CrdSet,
+    crds: &'static CrdSet,
     tokens: HashMap<String, User>,
     revoked: Mutex<HashSet<u64>>,
     rbac: Rbac,
@@ -477,7 +477,7 @@ fn resource(
     // Admission (NodeRestriction for node identities on Nodes) and CRD
     // validation, on the final object of a write.
     let sub = rp.sub.clone();
-    let crds = &inner.crds;
+    let crds = inner.crds;
     let is_node_write = rt.group.is_empty() && rt.plural == "nodes" && user.node_name().is_some();
     let admit = |op: Op| {
         let rt = rt.clone();
@@ -650,7 +650,7 @@ fn resource(
 }
 
 fn invalid_to_api(i: crate::schema::Invalid) -> ApiError {
-    i.0
+    ApiError { code: i.http_status(), body: i.status() }
 }
 
 /// Builds a server (`TestApiServer::builder()`).
@@ -704,9 +704,9 @@ impl Builder {
             .enable_all()
             .build()
             .map_err(|e| ServerError::Runtime(e.to_string()))?;
-        let crds = CrdSet::upstream().map_err(|e| ServerError::Schema(format!("{e:?}")))?;
+        let crds = CrdSet::upstream_shared().map_err(|e| ServerError::Schema(e.to_string()))?;
         let rbac = Rbac::from_yaml(&self.rbac_yaml.join("\n---\n")).map_err(|e| ServerError::Rbac(format!("{e:?}")))?;
-        let registry = Arc::new(Registry::new(&crds, self.capi_versions.as_deref()));
+        let registry = Arc::new(Registry::new(crds, self.capi_versions.as_deref()));
         let ca = Ca::generate()?;
         let tls = ca.server_config()?;
         let listener = {
