@@ -146,3 +146,48 @@ pub fn kubectl_spawn(kubeconfig: &Path, args: &[&str]) -> std::process::Child {
         .spawn()
         .unwrap()
 }
+
+/// A kube-rs client from a kubeconfig text (with kube-rs's default retry of
+/// 429/503/504).
+pub async fn kube_client(kubeconfig: &str) -> kube::Client {
+    kube::Client::try_from(kube_config(kubeconfig).await).unwrap()
+}
+
+pub async fn kube_config(kubeconfig: &str) -> kube::Config {
+    let kc = kube::config::Kubeconfig::from_yaml(kubeconfig).unwrap();
+    kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .unwrap()
+}
+
+/// An admin client that shows every answer as it comes (no retries).
+pub async fn admin_client_no_retry(srv: &TestApiServer) -> kube::Client {
+    let mut cfg = kube_config(&srv.kubeconfig_token(ADMIN_TOKEN)).await;
+    cfg.default_retry = false;
+    kube::Client::try_from(cfg).unwrap()
+}
+
+pub async fn admin_client(srv: &TestApiServer) -> kube::Client {
+    kube_client(&srv.kubeconfig_token(ADMIN_TOKEN)).await
+}
+
+/// A raw request through kube-rs's client: (status, headers, JSON body or Null).
+pub async fn raw(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    body: &str,
+) -> (u16, http::HeaderMap, Value) {
+    use http_body_util::BodyExt;
+    let mut b = http::Request::builder().method(method).uri(path);
+    if let Some(ct) = content_type {
+        b = b.header("Content-Type", ct);
+    }
+    let req = b.body(kube::client::Body::from(body.as_bytes().to_vec())).unwrap();
+    let resp = client.send(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, headers, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
