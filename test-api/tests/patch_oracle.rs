@@ -80,8 +80,15 @@ fn as_kubectl_would(result: Value) -> Result<Value, String> {
     }
 }
 
+/// How a case ended when both sides agreed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Agreed {
+    BothApplied,
+    BothFailed,
+}
+
 /// One comparison; `Err` describes a disagreement.
-fn check(obj: &Value, kind: PatchKind, patch: &str) -> Result<(), String> {
+fn check(obj: &Value, kind: PatchKind, patch: &str) -> Result<Agreed, String> {
     let meta = obj["apiVersion"]
         .as_str()
         .zip(obj["kind"].as_str())
@@ -91,8 +98,8 @@ fn check(obj: &Value, kind: PatchKind, patch: &str) -> Result<(), String> {
         .and_then(as_kubectl_would);
     let theirs = kubectl(obj, kind, patch);
     match (&ours, &theirs) {
-        (Ok(a), Ok(b)) if same(a, b) => Ok(()),
-        (Err(_), Err(_)) => Ok(()),
+        (Ok(a), Ok(b)) if same(a, b) => Ok(Agreed::BothApplied),
+        (Err(_), Err(_)) => Ok(Agreed::BothFailed),
         _ => Err(format!(
             "--type={} -p '{patch}' on {obj}\n  ours:    {ours:?}\n  kubectl: {theirs:?}",
             type_flag(kind)
@@ -101,10 +108,12 @@ fn check(obj: &Value, kind: PatchKind, patch: &str) -> Result<(), String> {
 }
 
 /// Runs `cases` through both, a few kubectl processes at a time, and returns
-/// the disagreements.
+/// the disagreements (and prints how many agreed by applying, by failing).
 fn run_all(cases: &[(Value, PatchKind, String)]) -> Vec<String> {
     let next = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::new());
+    let applied = AtomicUsize::new(0);
+    let refused = AtomicUsize::new(0);
     std::thread::scope(|s| {
         for _ in 0..6 {
             s.spawn(|| loop {
@@ -112,16 +121,30 @@ fn run_all(cases: &[(Value, PatchKind, String)]) -> Vec<String> {
                 let Some((obj, kind, patch)) = cases.get(i) else {
                     break;
                 };
-                if let Err(e) = check(obj, *kind, patch) {
-                    failures
+                match check(obj, *kind, patch) {
+                    Ok(Agreed::BothApplied) => {
+                        applied.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(Agreed::BothFailed) => {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => failures
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
-                        .push(format!("#{i} {e}"));
+                        .push(format!("#{i} {e}")),
                 }
             });
         }
     });
-    failures.into_inner().unwrap_or_else(|p| p.into_inner())
+    let failures = failures.into_inner().unwrap_or_else(|p| p.into_inner());
+    eprintln!(
+        "{} cases: {} applied alike, {} refused by both, {} disagree",
+        cases.len(),
+        applied.into_inner(),
+        refused.into_inner(),
+        failures.len()
+    );
+    failures
 }
 
 fn node() -> Value {
@@ -256,6 +279,211 @@ fn merge_and_json_table() -> Vec<(Value, PatchKind, String)> {
 #[test]
 fn merge_and_json_patches_agree_with_kubectl() {
     let cases = merge_and_json_table();
+    let failures = run_all(&cases);
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases disagree with kubectl:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+}
+
+fn lease() -> Value {
+    json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "l1", "namespace": "kube-node-lease",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "worker-1", "uid": "n1"}]},
+        "spec": {"holderIdentity": "worker-1", "leaseDurationSeconds": 40, "renewTime": "2026-12-01T00:00:00.000000Z"}
+    })
+}
+
+fn secret() -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "s1", "namespace": "default", "labels": {"a": "1"}},
+        "type": "Opaque",
+        "data": {"value": "eA==", "other": "eQ=="}
+    })
+}
+
+fn namespace() -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": "ns1", "finalizers": ["a"]},
+        "spec": {"finalizers": ["kubernetes"]},
+        "status": {"phase": "Active", "conditions": [{"type": "NamespaceDeletionDiscoveryFailure", "status": "False"}]}
+    })
+}
+
+fn event() -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": "e1", "namespace": "default"},
+        "involvedObject": {"kind": "Node", "name": "worker-1", "uid": "n1"},
+        "reason": "R", "message": "m", "count": 1, "type": "Normal",
+        "source": {"component": "sandbox-readiness"}
+    })
+}
+
+/// A Node carrying a field the Go types do not know (kubectl --local keeps it).
+fn node_with_unknown_field() -> Value {
+    let mut n = node();
+    n["spec"]["extra"] = json!({"a": 1});
+    n["status"]["extraList"] = json!([{"a": 1}]);
+    n
+}
+
+fn strategic_table() -> Vec<(Value, PatchKind, String)> {
+    let on_node = [
+        // conditions: added (a new type goes first), updated, kept
+        r#"{"status":{"conditions":[{"type":"sandbox-readiness.io/Ready","status":"True","reason":"AllProbesPassed"}]}}"#,
+        r#"{"status":{"conditions":[{"type":"Ready","status":"False","reason":"KubeletNotReady"}]}}"#,
+        r#"{"status":{"conditions":[{"type":"Ready","message":null}]}}"#,
+        r#"{"status":{"conditions":[{"type":"New","status":"True","message":null}]}}"#,
+        r#"{"status":{"conditions":[{"type":"New","status":"True","x":{"$patch":"delete"}}]}}"#,
+        r#"{"status":{"conditions":[{"type":"B","status":"True"},{"type":"A","status":"True"},{"type":"Ready","status":"True"}]}}"#,
+        r#"{"status":{"conditions":[{"type":"MemoryPressure","$patch":"delete"}]}}"#,
+        r#"{"status":{"conditions":[{"type":"Absent","$patch":"delete"}]}}"#,
+        r#"{"status":{"conditions":[{"$patch":"delete"}]}}"#,
+        r#"{"status":{"conditions":[{"type":"Only","status":"True"},{"$patch":"replace"}]}}"#,
+        r#"{"status":{"conditions":[{"$patch":"replace"}]}}"#,
+        r#"{"status":{"conditions":[{"$patch":"merge"}]}}"#,
+        r#"{"status":{"conditions":[{"type":"X","$patch":"bogus"}]}}"#,
+        r#"{"status":{"conditions":[{"status":"True"}]}}"#,
+        r#"{"status":{"conditions":[]}}"#,
+        r#"{"status":{"conditions":null}}"#,
+        r#"{"status":{"conditions":"notalist"}}"#,
+        r#"{"status":{"conditions":[{"type":"A"},"x"]}}"#,
+        r#"{"status":{"conditions":[[1]]}}"#,
+        r#"{"status":{"conditions":[null]}}"#,
+        r#"{"status":{"conditions":[{"type":1,"status":"True"}]}}"#,
+        // $setElementOrder
+        r#"{"status":{"$setElementOrder/conditions":[{"type":"Ready"},{"type":"MemoryPressure"}]}}"#,
+        r#"{"status":{"$setElementOrder/conditions":[{"type":"Ready"},{"type":"New"},{"type":"MemoryPressure"}],"conditions":[{"type":"New","status":"True"}]}}"#,
+        r#"{"status":{"$setElementOrder/conditions":[{"type":"Ready"}],"conditions":[{"type":"New","status":"True"}]}}"#,
+        r#"{"status":{"$setElementOrder/conditions":[{"type":"New"},{"type":"Ready"}],"conditions":[{"type":"Ready","status":"False"},{"type":"New","status":"True"}]}}"#,
+        r#"{"status":{"$setElementOrder/conditions":"x"}}"#,
+        r#"{"status":{"$setElementOrder/conditions":[{"nokey":1}]}}"#,
+        r#"{"status":{"$setElementOrderX/conditions":[]}}"#,
+        r#"{"status":{"$setElementOrder/nothing":[{"type":"A"}]}}"#,
+        r#"{"status":{"$setElementOrder/addresses":[{"type":"Hostname"},{"type":"InternalIP"}],"addresses":[{"type":"Hostname","address":"w1"}]}}"#,
+        r#"{"metadata":{"$setElementOrder/finalizers":["f2","f1"]}}"#,
+        r#"{"metadata":{"$setElementOrder/finalizers":["f3","f2","f1"],"finalizers":["f3"]}}"#,
+        // addresses merge by type
+        r#"{"status":{"addresses":[{"type":"ExternalIP","address":"1.2.3.4"}]}}"#,
+        r#"{"status":{"addresses":[{"type":"InternalIP","address":"10.0.0.6"}]}}"#,
+        // labels and annotations
+        r#"{"metadata":{"labels":{"b":"2"}}}"#,
+        r#"{"metadata":{"labels":{"a":null,"c":"3"}}}"#,
+        r#"{"metadata":{"annotations":null}}"#,
+        r#"{"metadata":{"labels":{"$patch":"replace","only":"1"}}}"#,
+        r#"{"metadata":{"labels":{"$patch":"delete"}}}"#,
+        r#"{"metadata":{"labels":{"$patch":"merge"}}}"#,
+        r#"{"metadata":{"newmap":{"$patch":"replace","x":"1"}}}"#,
+        r#"{"metadata":{"newmap":{"a":null,"b":{"c":null}}}}"#,
+        // ownerReferences by uid
+        r#"{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"o3","uid":"u3"}]}}"#,
+        r#"{"metadata":{"ownerReferences":[{"uid":"u2","name":"renamed"}]}}"#,
+        r#"{"metadata":{"ownerReferences":[{"uid":"u1","$patch":"delete"}]}}"#,
+        r#"{"metadata":{"ownerReferences":[{"name":"nouid"}]}}"#,
+        // finalizers: a primitive list with merge strategy
+        r#"{"metadata":{"finalizers":["f3"]}}"#,
+        r#"{"metadata":{"finalizers":["f2","f0"]}}"#,
+        r#"{"metadata":{"$deleteFromPrimitiveList/finalizers":["f1"]}}"#,
+        r#"{"metadata":{"$deleteFromPrimitiveList/finalizers":["absent"]}}"#,
+        r#"{"metadata":{"$deleteFromPrimitiveList/absentlist":["x"]}}"#,
+        r#"{"metadata":{"$deleteFromPrimitiveList/finalizers":null}}"#,
+        r#"{"metadata":{"$deleteFromPrimitiveListfinalizers":["f1"]}}"#,
+        r#"{"metadata":{"$deleteFromPrimitiveList/finalizers":["f1"],"finalizers":["f9"]}}"#,
+        r#"{"metadata":{"finalizers":[1]}}"#,
+        r#"{"spec":{"podCIDRs":["10.0.1.0/24"]}}"#,
+        // atomic lists are replaced
+        r#"{"spec":{"taints":[{"key":"k2","effect":"NoExecute"}]}}"#,
+        r#"{"spec":{"taints":[{"key":"k2","effect":"NoExecute","x":null}]}}"#,
+        r#"{"spec":{"taints":[]}}"#,
+        // $retainKeys
+        r#"{"metadata":{"$retainKeys":["name","labels"],"labels":{"b":"2"}}}"#,
+        r#"{"metadata":{"$retainKeys":["name"],"labels":{"b":"2"}}}"#,
+        r#"{"metadata":{"$retainKeys":["name"],"labels":null}}"#,
+        r#"{"metadata":{"$retainKeys":"name"}}"#,
+        r#"{"spec":{"$retainKeys":[]}}"#,
+        r#"{"newtop":{"$retainKeys":["a"],"a":1}}"#,
+        // maps merge recursively; other values are replaced
+        r#"{"status":{"capacity":{"cpu":"4","pods":"110"}}}"#,
+        r#"{"spec":{"podCIDR":null,"unschedulable":true}}"#,
+        r#"{"spec":{"configSource":{"configMap":{"name":"c"}}}}"#,
+        r#"{"spec":{"podCIDR":{"a":1}}}"#,
+        r#"{"status":{"capacity":"x"}}"#,
+        // directives at the top
+        r#"{"$patch":"delete"}"#,
+        r#"{"$patch":"replace","apiVersion":"v1","kind":"Node","metadata":{"name":"r"}}"#,
+        r#"{}"#,
+        r#"null"#,
+        r#"[]"#,
+        r#""x""#,
+        r#"{"a":"#,
+        // fields the Go types do not know: fine while nothing must be merged
+        r#"{"spec":{"brandnew":{"a":1}}}"#,
+        r#"{"spec":{"brandnewlist":[{"a":1}]}}"#,
+    ];
+    let on_unknown = [
+        r#"{"spec":{"extra":{"b":2}}}"#,
+        r#"{"spec":{"extra":"scalar"}}"#,
+        r#"{"status":{"extraList":[{"a":2}]}}"#,
+        r#"{"spec":{"EXTRA":{"b":2}}}"#,
+        r#"{"Spec":{"podCIDR":"x"}}"#,
+    ];
+    let on_lease = [
+        r#"{"spec":{"holderIdentity":"worker-2","leaseTransitions":1}}"#,
+        r#"{"spec":{"renewTime":"2026-12-01T00:00:10.000000Z"}}"#,
+        r#"{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"Node","name":"worker-2","uid":"n2"}]}}"#,
+        r#"{"spec":{"holderIdentity":null}}"#,
+        r#"{"spec":{"renewTime":{"a":1}}}"#,
+    ];
+    let on_secret = [
+        r#"{"data":{"value":"eg==","other":null}}"#,
+        r#"{"stringData":{"k":"v"}}"#,
+        r#"{"metadata":{"labels":{"a":null}},"type":"kubernetes.io/tls"}"#,
+        r#"{"data":{"$patch":"replace","only":"eA=="}}"#,
+    ];
+    let on_namespace = [
+        r#"{"status":{"conditions":[{"type":"NamespaceContentRemaining","status":"True"}]}}"#,
+        r#"{"spec":{"finalizers":["other"]}}"#,
+        r#"{"metadata":{"finalizers":["b"]}}"#,
+    ];
+    let on_event = [
+        r#"{"count":2,"lastTimestamp":"2026-12-01T00:00:00Z"}"#,
+        r#"{"involvedObject":{"resourceVersion":"5"}}"#,
+        r#"{"series":{"count":2}}"#,
+    ];
+    let mut cases = Vec::new();
+    let mut add = |obj: Value, patches: &[&str]| {
+        for p in patches {
+            cases.push((obj.clone(), PatchKind::Strategic, p.to_string()));
+        }
+    };
+    add(node(), &on_node);
+    add(node_with_unknown_field(), &on_unknown);
+    add(lease(), &on_lease);
+    add(secret(), &on_secret);
+    add(namespace(), &on_namespace);
+    add(event(), &on_event);
+    // A Node without status or metadata lists: lists are created.
+    add(
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "bare"}}),
+        &on_node[..12],
+    );
+    cases
+}
+
+#[test]
+fn strategic_merge_patches_agree_with_kubectl() {
+    let cases = strategic_table();
     let failures = run_all(&cases);
     assert!(
         failures.is_empty(),
