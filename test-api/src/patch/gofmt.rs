@@ -52,6 +52,20 @@ fn write_v(out: &mut String, v: &Value) {
     }
 }
 
+/// `reflect.TypeOf(v).String()` for a decoded JSON value (integers decode
+/// to int64 in apimachinery's JSON, other numbers to float64).
+pub(crate) fn go_type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "<nil>",
+        Value::Bool(_) => "bool",
+        Value::String(_) => "string",
+        Value::Number(n) if n.as_i64().is_some() => "int64",
+        Value::Number(_) => "float64",
+        Value::Array(_) => "[]interface {}",
+        Value::Object(_) => "map[string]interface {}",
+    }
+}
+
 /// `strconv.FormatFloat(f, 'g', -1, 64)`: shortest digits, exponent form
 /// when the exponent is below -4 or at least 6 (shortest `%g`).
 pub(crate) fn go_float(f: f64) -> String {

@@ -18,14 +18,10 @@
 use serde_json::{Map, Value};
 
 use super::gofmt::go_quote;
-use super::PatchError;
+use super::{PatchError, GENERIC_422};
 
 /// `maxJSONPatchOperations` of kube-apiserver's patch handler.
 const MAX_OPERATIONS: usize = 10_000;
-
-/// kube-apiserver's 422 message for any error while applying a JSON patch
-/// (`errors.NewGenericServerResponse(422, …)` drops the library's text).
-const APPLY_FAILED: &str = "the server rejected our request due to an error in our request";
 
 const MISSING: &str = "missing value";
 const INVALID_INDEX: &str = "invalid index referenced";
@@ -43,12 +39,12 @@ pub(super) fn apply(original: &Value, patch: &[u8]) -> Result<Value, PatchError>
     for op in &ops {
         apply_op(&mut doc, op).map_err(|e| match e {
             OpError::Failed(detail) => PatchError::Unprocessable {
-                message: APPLY_FAILED.to_string(),
+                message: GENERIC_422.to_string(),
                 detail,
             },
             // Where the Go library dereferences nil (it panics; the server's
             // recovery answers 500).
-            OpError::Panic(detail) => PatchError::Internal(detail),
+            OpError::Panic(detail) => PatchError::Panic(detail),
         })?;
     }
     Ok(doc)

@@ -76,11 +76,24 @@ pub enum PatchError {
     /// 413: more JSON patch operations than kube-apiserver allows.
     #[error("{0}")]
     TooLarge(String),
-    /// 500: an error kube-apiserver passes on unclassified (its message is
-    /// `Internal error occurred: <detail>`).
+    /// 500: an error kube-apiserver passes on unclassified (a `Status` of
+    /// reason `Unknown` whose message is the library's text).
     #[error("{0}")]
     Internal(String),
+    /// 500: input on which the Go library panics (kube-apiserver's panic
+    /// recovery answers; kubectl crashes). The text is Go's runtime error.
+    #[error("{0}")]
+    Panic(String),
 }
+
+/// kube-apiserver's message for a 422 it builds with
+/// `errors.NewGenericServerResponse(422, …)`, which drops the library's text
+/// (JSON patch apply errors, and strategic merge's `ErrNoListOfLists`).
+pub(crate) const GENERIC_422: &str =
+    "the server rejected our request due to an error in our request";
+
+/// What kube-apiserver's panic recovery writes (as plain text).
+const PANIC_MESSAGE: &str = "This request caused apiserver to panic. Look in the logs for details.";
 
 impl PatchError {
     /// The HTTP status kube-apiserver answers with.
@@ -90,7 +103,7 @@ impl PatchError {
             PatchError::Unprocessable { .. } => 422,
             PatchError::UnsupportedMediaType(_) => 415,
             PatchError::TooLarge(_) => 413,
-            PatchError::Internal(_) => 500,
+            PatchError::Internal(_) | PatchError::Panic(_) => 500,
         }
     }
 
@@ -101,7 +114,7 @@ impl PatchError {
             PatchError::Unprocessable { .. } => "Invalid",
             PatchError::UnsupportedMediaType(_) => "UnsupportedMediaType",
             PatchError::TooLarge(_) => "RequestEntityTooLarge",
-            PatchError::Internal(_) => "InternalError",
+            PatchError::Internal(_) | PatchError::Panic(_) => "Unknown",
         }
     }
 
@@ -110,20 +123,22 @@ impl PatchError {
         match self {
             PatchError::BadRequest(m)
             | PatchError::UnsupportedMediaType(m)
-            | PatchError::TooLarge(m) => m.clone(),
+            | PatchError::TooLarge(m)
+            | PatchError::Internal(m) => m.clone(),
             PatchError::Unprocessable { message, .. } => message.clone(),
-            PatchError::Internal(m) => format!("Internal error occurred: {m}"),
+            PatchError::Panic(_) => PANIC_MESSAGE.to_string(),
         }
     }
 
     /// The underlying library's error text (what `kubectl patch --local`
-    /// prints); equal to [`PatchError::message`] except for 422 and 500.
+    /// prints); equal to [`PatchError::message`] except for 422 and panics.
     pub fn detail(&self) -> &str {
         match self {
             PatchError::BadRequest(m)
             | PatchError::UnsupportedMediaType(m)
             | PatchError::TooLarge(m)
-            | PatchError::Internal(m) => m,
+            | PatchError::Internal(m)
+            | PatchError::Panic(m) => m,
             PatchError::Unprocessable { detail, .. } => detail,
         }
     }
