@@ -6,5 +6,8 @@
 
 pub mod identity;
 
+pub use authz::{admit_node_restriction, authorize, Decision, Rbac};
 pub use identity::{Attributes, NodeAuthzMode, Op, User};
+pub use schema::{CrdSet, Invalid};
+pub mod authz;
 pub mod schema;

@@ -19,6 +19,7 @@ mod validate;
 use serde::Deserialize;
 use serde_json::Value;
 
+pub(crate) use errors::go_quote;
 pub use errors::{BadValue, ErrorType, FieldError, Invalid};
 use structural::Schema;
 
