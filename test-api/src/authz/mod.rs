@@ -34,10 +34,12 @@ pub fn effective_name(attrs: &Attributes) -> String {
         return n.to_string();
     }
     if matches!(attrs.verb.as_str(), "list" | "watch") {
+        // Only a valid path segment becomes the name (`path.IsValidPathSegmentName`).
         if let Some(n) = attrs
             .field_selector
             .as_deref()
             .and_then(|fs| exact_match(fs, "metadata.name"))
+            .filter(|n| *n != "." && *n != ".." && !n.contains('/') && !n.contains('%'))
         {
             return n.to_string();
         }
@@ -92,13 +94,18 @@ fn forbidden_message(attrs: &Attributes, name: &str, reason: &str) -> String {
         Some(ns) if !ns.is_empty() => format!("in the namespace {}", go_quote(ns)),
         _ => "at the cluster scope".to_string(),
     };
-    let mut msg = format!(
+    let msg = format!(
         "User {} cannot {} resource {} in API group {} {scope}",
         go_quote(&attrs.user.name),
         attrs.verb,
         go_quote(&resource),
         go_quote(&attrs.api_group)
     );
+    // The user-supplied part is HTML-escaped (`sanitizer`), the reason is not.
+    let mut msg = msg
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
     if !reason.is_empty() {
         msg.push_str(": ");
         msg.push_str(reason);

@@ -218,6 +218,18 @@ fn node_authorizer_table() {
             Sel,
             deny("nodes \"a\" is forbidden: User \"system:node:a\" cannot get resource \"nodes\" in API group \"\" at the cluster scope"),
         ),
+        (
+            "user names are HTML-escaped in the message",
+            named(attrs(User::new("a<b>&c", &[]), "get", "", "nodes"), "n"),
+            Sel,
+            deny("nodes \"n\" is forbidden: User \"a&lt;b&gt;&amp;c\" cannot get resource \"nodes\" in API group \"\" at the cluster scope"),
+        ),
+        (
+            "a selector name that is no path segment names nothing",
+            fs(attrs(a(), "list", "", "nodes"), "metadata.name=a/b"),
+            Sel,
+            deny("nodes is forbidden: User \"system:node:a\" cannot list resource \"nodes\" in API group \"\" at the cluster scope: node 'a' cannot read all nodes, only its own Node object"),
+        ),
         ("system:masters", named(attrs(User::new("admin", &["system:masters"]), "delete", "", "nodes"), "b"), Sel, allow.clone()),
     ];
     for (name, a, mode, want) in cases {

@@ -267,7 +267,7 @@ fn type_check(v: &Value, s: &Schema, path: &str) -> Option<FieldError> {
     let is_int_float = sch == "integer" && has("number");
     let stringish = v.is_string() || v.is_array();
     if let Some(f) = format {
-        if !stringish && !(has(sch) || fmt == f || is_float_int || is_int_float) {
+        if !(stringish || has(sch) || fmt == f || is_float_int || is_int_float) {
             return Some(type_error(path, f, fmt));
         }
         if !(has("number") || has("integer")) && stringish {
