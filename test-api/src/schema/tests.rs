@@ -351,10 +351,8 @@ fn unknown_fields_are_pruned_and_reported() {
         .validate_with_warnings("cluster.x-k8s.io", "v1beta2", "Machine", &mut obj)
         .expect("valid once pruned");
     assert_eq!(obj, machine(vec![condition("A")]));
-    let mut w = warnings;
-    w.sort();
     assert_eq!(
-        w,
+        warnings,
         vec![
             "unknown field \"spec.foo\"",
             "unknown field \"status.conditions[0].extra\"",
@@ -441,6 +439,20 @@ spec:
                 type: array
                 x-kubernetes-list-type: set
                 items: {type: string}
+              extra:
+                type: object
+                x-kubernetes-preserve-unknown-fields: true
+                properties:
+                  known:
+                    type: object
+                    properties: {x: {type: string}}
+              embedded:
+                type: object
+                x-kubernetes-embedded-resource: true
+                properties:
+                  spec:
+                    type: object
+                    properties: {a: {type: string}}
               labels:
                 type: object
                 minProperties: 1
@@ -470,6 +482,34 @@ fn defaults_are_applied_and_nulls_dropped() {
     let (obj, r) = widget_result(json!({"replicas": 3}));
     assert_eq!(r, Ok(()));
     assert_eq!(obj["spec"]["replicas"], json!(3));
+}
+
+#[test]
+fn preserve_unknown_and_embedded_resources_prune_as_upstream() {
+    let s = CrdSet::from_yaml([("widgets.yaml", WIDGETS)]).expect("loads");
+    let mut obj = widget(json!({
+        "extra": {"free": {"deep": 1}, "known": {"x": "a", "y": 2}},
+        "embedded": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "spec": {"a": "1", "b": 2}, "other": 3}
+    }));
+    let w = s
+        .validate_with_warnings("example.test", "v1", "Widget", &mut obj)
+        .expect("valid");
+    assert_eq!(
+        w,
+        vec![
+            "unknown field \"spec.embedded.other\"",
+            "unknown field \"spec.embedded.spec.b\"",
+            "unknown field \"spec.extra.known.y\"",
+        ]
+    );
+    assert_eq!(
+        obj["spec"]["extra"],
+        json!({"free": {"deep": 1}, "known": {"x": "a"}})
+    );
+    assert_eq!(
+        obj["spec"]["embedded"],
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "spec": {"a": "1"}})
+    );
 }
 
 #[test]
