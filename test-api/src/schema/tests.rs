@@ -367,7 +367,7 @@ fn preserved_fields_survive_and_metadata_is_kept() {
     let mut obj = json!({
         "apiVersion": "bootstrap.cluster.x-k8s.io/v1alpha3",
         "kind": "TalosConfig",
-        "metadata": {"name": "t1", "labels": {"a": "b"}},
+        "metadata": {"name": "t1", "namespace": "default", "labels": {"a": "b"}},
         "spec": {
             "generateType": "worker",
             "configPatches": [{"op": "add", "path": "/machine/sysctls", "value": {"user.max_user_namespaces": "11255"}}],
@@ -395,7 +395,7 @@ fn talosconfig_v1beta1_checks_generate_type_without_cel_cause() {
     let mut obj = json!({
         "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta1",
         "kind": "TalosConfig",
-        "metadata": {"name": "t1"},
+        "metadata": {"name": "t1", "namespace": "default"},
         "spec": {"generateType": "gpu"}
     });
     let e = set()
@@ -461,7 +461,7 @@ spec:
 ";
 
 fn widget(spec: Value) -> Value {
-    json!({"apiVersion": "example.test/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": spec})
+    json!({"apiVersion": "example.test/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": "default"}, "spec": spec})
 }
 
 fn widget_result(spec: Value) -> (Value, Result<(), Invalid>) {
@@ -533,6 +533,17 @@ fn widget_table() {
     }
     // An integral float is an integer, as Go's JSON decoding makes it.
     assert_eq!(widget_result(json!({"replicas": 2.0})).1, Ok(()));
+}
+
+#[test]
+fn object_meta_is_checked_first() {
+    let mut obj = machine(vec![]);
+    obj["metadata"] = json!({"name": "M1", "labels": {"ok": "yes"}});
+    let e = machine_err(obj);
+    assert_eq!(
+        e.message(),
+        "Machine.cluster.x-k8s.io \"M1\" is invalid: [metadata.name: Invalid value: \"M1\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*'), metadata.namespace: Required value, <nil>: Invalid value: \"null\": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]"
+    );
 }
 
 #[test]
