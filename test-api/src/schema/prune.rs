@@ -111,6 +111,7 @@ pub(crate) fn apply_defaults(v: &mut Value, s: &Schema) {
                 if let Some(p) = s.properties.get(k) {
                     apply_defaults(child, p);
                 } else if let Some(a) = addl {
+                    default_null(child, a);
                     apply_defaults(child, a);
                 }
             }
@@ -118,11 +119,19 @@ pub(crate) fn apply_defaults(v: &mut Value, s: &Schema) {
         Value::Array(a) => {
             if let Some(items) = s.items.as_deref() {
                 for item in a.iter_mut() {
+                    default_null(item, items);
                     apply_defaults(item, items);
                 }
             }
         }
         _ => {}
+    }
+}
+
+/// `isNonNullableNull`: a null where a non-nullable schema has a default.
+fn default_null(v: &mut Value, s: &Schema) {
+    if let (Value::Null, false, Some(d)) = (&*v, s.nullable, &s.default) {
+        *v = d.clone();
     }
 }
 

@@ -439,6 +439,9 @@ spec:
                 type: array
                 x-kubernetes-list-type: set
                 items: {type: string}
+              sizes:
+                type: array
+                items: {type: integer, default: 7}
               extra:
                 type: object
                 x-kubernetes-preserve-unknown-fields: true
@@ -478,6 +481,13 @@ fn defaults_are_applied_and_nulls_dropped() {
     assert_eq!(
         obj["spec"],
         json!({"replicas": 1, "mode": "auto", "note": null})
+    );
+    let (obj, r) = widget_result(json!({"sizes": [1, null]}));
+    assert_eq!(r, Ok(()));
+    assert_eq!(
+        obj["spec"]["sizes"],
+        json!([1, 7]),
+        "a null item takes the items' default"
     );
     let (obj, r) = widget_result(json!({"replicas": 3}));
     assert_eq!(r, Ok(()));
