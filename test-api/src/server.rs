@@ -94,6 +94,8 @@ pub(crate) struct Inner {
     accept: Mutex<Option<JoinHandle<()>>>,
     /// Bumped to drop every open connection (restart, down).
     conn_gen: watch::Sender<u64>,
+    /// Open connections: down and restart return once they are all gone.
+    open: watch::Sender<usize>,
     bookmark_interval: Duration,
     rt: tokio::runtime::Handle,
 }
@@ -121,6 +123,8 @@ impl Inner {
             let _ = h.await;
         }
         self.drop_connections();
+        let mut open = self.open.subscribe();
+        let _ = tokio::time::timeout(Duration::from_secs(5), open.wait_for(|n| *n == 0)).await;
     }
 
     pub(crate) async fn listen(self: &Arc<Self>) -> std::io::Result<()> {
@@ -138,6 +142,15 @@ impl Inner {
     }
 }
 
+/// Counts a connection as open until its task ends.
+struct OpenConn(Arc<Inner>);
+
+impl Drop for OpenConn {
+    fn drop(&mut self) {
+        self.0.open.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
 async fn accept_loop(inner: Arc<Inner>, listener: TcpListener) {
     loop {
         let sock = match listener.accept().await {
@@ -150,11 +163,15 @@ async fn accept_loop(inner: Arc<Inner>, listener: TcpListener) {
         };
         let mut gen = inner.conn_gen.subscribe();
         let conn_inner = Arc::clone(&inner);
+        inner.open.send_modify(|n| *n += 1);
+        let open = OpenConn(Arc::clone(&inner));
         tokio::spawn(async move {
             tokio::select! {
-                _ = serve_connection(conn_inner, sock) => {}
+                biased;
                 _ = gen.changed() => {}
+                _ = serve_connection(conn_inner, sock) => {}
             }
+            drop(open);
         });
     }
 }
@@ -344,26 +361,9 @@ fn route(
     }
 }
 
-/// kube-apiserver's 403 text for a denied request
-/// (k8s.io/apiserver `pkg/endpoints/handlers/responsewriters/errors.go`, `forbiddenMessage`).
-fn forbidden_for(a: &Attributes, reason: &str) -> ApiError {
-    let resource = match &a.subresource {
-        Some(s) => format!("{}/{s}", a.resource),
-        None => a.resource.clone(),
-    };
-    let scope = match &a.namespace {
-        Some(ns) => format!("in the namespace \"{ns}\""),
-        None => "at the cluster scope".to_string(),
-    };
-    let mut why = format!(
-        "User \"{}\" cannot {} resource \"{resource}\" in API group \"{}\" {scope}",
-        a.user.name, a.verb, a.api_group
-    );
-    if !reason.is_empty() {
-        why.push_str(": ");
-        why.push_str(reason);
-    }
-    status::forbidden(&a.api_group, &a.resource, a.name.as_deref().unwrap_or(""), &why)
+/// A 403 with the whole message authz or admission rendered.
+fn forbidden(group: &str, resource: &str, name: &str, message: &str) -> ApiError {
+    ApiError { code: 403, body: authz::forbidden_status(group, resource, name, message) }
 }
 
 fn parse_json(body: &Bytes) -> Result<Value, ApiError> {
@@ -465,8 +465,8 @@ fn resource(
         field_selector: q.get("fieldSelector").map(str::to_string),
         label_selector: q.get("labelSelector").map(str::to_string),
     };
-    if let Decision::Deny(reason) = authz::authorize(&attrs, &inner.rbac, inner.node_mode) {
-        return Err(forbidden_for(&attrs, &reason));
+    if let Decision::Deny(message) = authz::authorize(&attrs, &inner.rbac, inner.node_mode) {
+        return Err(forbidden(&rt.group, &rt.plural, &authz::effective_name(&attrs), &message));
     }
     let ns = rp.namespace.clone().unwrap_or_default();
     let name = rp.name.clone().unwrap_or_default();
@@ -487,7 +487,7 @@ fn resource(
             let n = new.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
             if is_node_write {
                 authz::admit_node_restriction(user, op, old, new, sub.as_deref(), &n)
-                    .map_err(|m| status::forbidden(&rt.group, &rt.plural, &n, &m))?;
+                    .map_err(|m| forbidden(&rt.group, &rt.plural, &n, &m))?;
             }
             if rt.crd {
                 crds.validate(&rt.group, &version, &rt.kind, new).map_err(invalid_to_api)?;
@@ -615,7 +615,7 @@ fn resource(
             if is_node_write {
                 if let Some(old) = s.get_at(&rt, &ns, &name) {
                     authz::admit_node_restriction(user, Op::Delete, Some(old), old, None, &name)
-                        .map_err(|m| status::forbidden(&rt.group, &rt.plural, &name, &m))?;
+                        .map_err(|m| forbidden(&rt.group, &rt.plural, &name, &m))?;
                 }
             }
             let deleted = s.delete_at(&rt, &ns, &name, uid, rv)?;
@@ -715,6 +715,7 @@ impl Builder {
         };
         let port = listener.local_addr()?.port();
         let (conn_gen, _) = watch::channel(0);
+        let (open, _) = watch::channel(0);
         let mut store = Store::new(Arc::clone(&registry));
         for ns in ["default", "kube-system", "kube-node-lease", "kube-public"] {
             let _ = store.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}, "status": {"phase": "Active"}}));
@@ -735,6 +736,7 @@ impl Builder {
             log: Mutex::new(Vec::new()),
             accept: Mutex::new(None),
             conn_gen,
+            open,
             bookmark_interval: self.bookmark_interval,
             rt: runtime.handle().clone(),
         });

@@ -108,17 +108,6 @@ pub fn unauthorized() -> ApiError {
     status(401, "Unauthorized", "Unauthorized", None)
 }
 
-/// `errors.NewForbidden`: `nodes "b" is forbidden: <why>`.
-pub fn forbidden(group: &str, resource: &str, name: &str, why: &str) -> ApiError {
-    let gr = group_resource(group, resource);
-    let message = if name.is_empty() {
-        format!("{gr} is forbidden: {why}")
-    } else {
-        format!("{gr} \"{name}\" is forbidden: {why}")
-    };
-    status(403, "Forbidden", &message, Some(details(group, resource, name)))
-}
-
 /// A 422 with one field cause (`errors.NewInvalid`).
 pub fn invalid(group: &str, kind: &str, name: &str, field: &str, value: &str, detail: &str) -> ApiError {
     let gk = if group.is_empty() {

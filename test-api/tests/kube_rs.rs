@@ -383,3 +383,27 @@ async fn start_up_and_write_rate() {
     assert!(startup < Duration::from_secs(1), "start-up took {startup:?}");
     assert!(rate >= 500.0, "{rate:.0} writes/s");
 }
+
+#[tokio::test]
+async fn a_node_patches_its_own_status_strategically() {
+    let srv = server().await;
+    srv.create(node("worker-1")).unwrap();
+    srv.create(node("worker-2")).unwrap();
+    let cert = srv.client_cert("system:node:worker-1", &["system:nodes"]);
+    let nodes: Api<Node> = Api::all(kube_client(&srv.kubeconfig_inline(&cert)).await);
+    let p = json!({"status": {"conditions": [
+        {"type": "SandboxReady", "status": "True", "reason": "Probed", "message": "ok", "lastHeartbeatTime": "2026-12-01T00:00:00Z", "lastTransitionTime": "2026-12-01T00:00:00Z"}
+    ]}});
+    let n = nodes.patch_status("worker-1", &PatchParams::default(), &Patch::Strategic(&p)).await.unwrap();
+    let types: Vec<String> = n.status.unwrap().conditions.unwrap().into_iter().map(|c| c.type_).collect();
+    assert_eq!(types, ["SandboxReady", "Ready"]);
+    let (code, reason, message) = api_error(nodes.patch_status("worker-2", &PatchParams::default(), &Patch::Strategic(&p)).await.unwrap_err());
+    assert_eq!((code, reason.as_str()), (403, "Forbidden"));
+    assert_eq!(message, "nodes \"worker-2\" is forbidden: node \"worker-1\" is not allowed to modify node \"worker-2\"");
+    let rec = srv.requests();
+    let last = rec.last().unwrap();
+    assert_eq!(
+        (last.method.as_str(), last.path.as_str(), last.content_type.as_deref(), last.status),
+        ("PATCH", "/api/v1/nodes/worker-2/status", Some("application/strategic-merge-patch+json"), 403)
+    );
+}

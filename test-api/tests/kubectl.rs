@@ -137,23 +137,84 @@ async fn label_as_admin_and_as_the_node() {
     assert_eq!(n["status"]["conditions"][0]["type"], "Ready");
 }
 
+const NPD_RBAC: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: npd
+rules:
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["get"]
+- apiGroups: [""]
+  resources: ["nodes/status"]
+  verbs: ["get", "patch"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: npd
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: npd
+subjects:
+- kind: ServiceAccount
+  name: npd
+  namespace: kube-system
+"#;
+
 #[tokio::test]
 async fn patch_status_subresource() {
-    let srv = server().await;
+    let srv = test_api::TestApiServer::builder()
+        .token(ADMIN_TOKEN, test_api::User::new("admin", &["system:masters"]))
+        .token(
+            "npd-token",
+            test_api::User::new("system:serviceaccount:kube-system:npd", &["system:serviceaccounts", "system:serviceaccounts:kube-system"]),
+        )
+        .rbac_yaml(NPD_RBAC)
+        .start()
+        .await
+        .unwrap();
     srv.create(node("worker-1")).unwrap();
     srv.create(machine("default", "m1")).unwrap();
     let k = Kube::new();
     let admin = k.admin(&srv);
-    let n1 = k.node(&srv, "worker-1");
-    let patch = r#"{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","message":"ok","lastHeartbeatTime":"2026-12-01T00:00:00Z","lastTransitionTime":"2026-12-01T00:00:00Z"},{"type":"SandboxReady","status":"True","reason":"Probed","message":"gvisor ok","lastHeartbeatTime":"2026-12-01T00:00:01Z","lastTransitionTime":"2026-12-01T00:00:01Z"}]},"spec":{"unschedulable":true}}"#;
-    let out = kubectl(&n1, &["patch", "node", "worker-1", "--subresource=status", "--type=merge", "-p", patch]);
+    let npd = k.write("npd.kubeconfig", &srv.kubeconfig_token("npd-token"));
+    // Strategic merge (kubectl's default): the new condition merges by type,
+    // the kubelet's Ready survives; the spec in the patch is dropped.
+    let patch = r#"{"status":{"conditions":[{"type":"SandboxReady","status":"True","reason":"Probed","message":"gvisor ok","lastHeartbeatTime":"2026-12-01T00:00:01Z","lastTransitionTime":"2026-12-01T00:00:01Z"}]},"spec":{"unschedulable":true}}"#;
+    let out = kubectl(&npd, &["patch", "node", "worker-1", "--subresource=status", "-p", patch]);
     assert_eq!((out.code, out.stdout.as_str()), (0, "node/worker-1 patched\n"), "{out:?}");
     let n = srv.get("v1", "Node", "", "worker-1").unwrap();
-    assert_eq!(n["status"]["conditions"][1]["type"], "SandboxReady");
+    let types: Vec<&str> = n["status"]["conditions"].as_array().unwrap().iter().map(|c| c["type"].as_str().unwrap()).collect();
+    // apimachinery puts new items of a merged list first (as `kubectl patch --local` shows).
+    assert_eq!(types, ["SandboxReady", "Ready"]);
     assert_eq!(n["spec"].get("unschedulable"), None, "the status subresource changed spec");
     // The same patch again changes nothing.
-    let out = kubectl(&n1, &["patch", "node", "worker-1", "--subresource=status", "--type=merge", "-p", patch]);
+    let out = kubectl(&npd, &["patch", "node", "worker-1", "--subresource=status", "-p", patch]);
     assert_eq!((out.code, out.stdout.as_str()), (0, "node/worker-1 patched (no change)\n"), "{out:?}");
+    // A merge patch replaces the list.
+    let out = kubectl(&admin, &["patch", "node", "worker-1", "--subresource=status", "--type=merge", "-p", patch]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let n = srv.get("v1", "Node", "", "worker-1").unwrap();
+    assert_eq!(n["status"]["conditions"].as_array().unwrap().len(), 1);
+    // The RBAC role grants no writes of the main resource.
+    let out = kubectl(&npd, &["label", "node", "worker-1", "x=y"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(
+        out.stderr.trim(),
+        "Error from server (Forbidden): nodes \"worker-1\" is forbidden: User \"system:serviceaccount:kube-system:npd\" cannot patch resource \"nodes\" in API group \"\" at the cluster scope"
+    );
+    // kubectl reads the status subresource before patching it, which the Node
+    // authorizer does not grant a kubelet credential (it may patch it directly).
+    let n1 = k.node(&srv, "worker-1");
+    let out = kubectl(&n1, &["patch", "node", "worker-1", "--subresource=status", "-p", patch]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(
+        out.stderr.trim(),
+        "Error from server (Forbidden): nodes \"worker-1\" is forbidden: User \"system:node:worker-1\" cannot get resource \"nodes/status\" in API group \"\" at the cluster scope"
+    );
 
     // A Machine (a CRD): merge patch on status; strategic is a 415.
     let mpatch = r#"{"status":{"conditions":[{"type":"example.com/SandboxReady","status":"True","reason":"Probed","message":"","lastTransitionTime":"2026-12-01T00:00:00Z"}]}}"#;
@@ -174,6 +235,44 @@ async fn patch_status_subresource() {
     assert_eq!(out.code, 1, "{out:?}");
     assert!(out.stderr.starts_with("The Machine \"m1\" is invalid: \n"), "{out:?}");
     assert!(out.stderr.contains("\n* status.conditions[0].reason: Required value\n"), "{out:?}");
+    // A node certificate reads no Machines.
+    let out = kubectl(&n1, &["get", "machine.cluster.x-k8s.io", "m1"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("User \"system:node:worker-1\" cannot get resource \"machines\" in API group \"cluster.x-k8s.io\" in the namespace \"default\""), "{out:?}");
+}
+
+#[tokio::test]
+async fn node_authorizer_reads_and_node_restriction_writes() {
+    let srv = server().await;
+    srv.create(node("worker-1")).unwrap();
+    srv.create(node("worker-2")).unwrap();
+    let k = Kube::new();
+    let n1 = k.node(&srv, "worker-1");
+    let out = kubectl(&n1, &["get", "node", "worker-2"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(
+        out.stderr.trim(),
+        "Error from server (Forbidden): nodes \"worker-2\" is forbidden: User \"system:node:worker-1\" cannot get resource \"nodes\" in API group \"\" at the cluster scope: node 'worker-1' cannot read 'worker-2', only its own Node object"
+    );
+    let out = kubectl(&n1, &["get", "nodes"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("node 'worker-1' cannot read all nodes, only its own Node object"), "{out:?}");
+    // Writes: the authorizer allows them, NodeRestriction checks the name.
+    let out = kubectl(&n1, &["annotate", "node", "worker-2", "a=b"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("forbidden"), "{out:?}");
+    let out = kubectl(&n1, &["label", "node", "worker-1", "node-restriction.kubernetes.io/x=y"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("is not allowed to modify labels: node-restriction.kubernetes.io/x"), "{out:?}");
+    let out = kubectl(&n1, &["taint", "node", "worker-1", "example.com/t=v:NoSchedule"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("is not allowed to modify taints"), "{out:?}");
+    // In the legacy mode a node reads every Node.
+    let legacy = test_api::TestApiServer::builder().node_authz(test_api::NodeAuthzMode::Legacy).start().await.unwrap();
+    legacy.create(node("worker-2")).unwrap();
+    let kc = k.write("legacy.kubeconfig", &legacy.kubeconfig_inline(&legacy.client_cert("system:node:worker-1", &["system:nodes"])));
+    let out = kubectl(&kc, &["get", "nodes", "-o", "name"]);
+    assert_eq!((out.code, out.stdout.as_str()), (0, "node/worker-2\n"), "{out:?}");
 }
 
 fn wait_case(kc: &std::path::Path, target: &[&str], flip: impl FnOnce()) {
