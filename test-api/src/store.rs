@@ -656,9 +656,17 @@ mod tests {
     #[test]
     fn one_counter_for_every_write_and_no_write_for_no_change() {
         let mut s = store();
-        let a = s.create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a"}})).unwrap();
+        let a = s
+            .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a"}}))
+            .unwrap();
         let b = s.create(json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "a", "namespace": "kube-node-lease"}})).unwrap();
-        let rv = |o: &Value| o["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap();
+        let rv = |o: &Value| {
+            o["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        };
         assert_eq!(rv(&b), rv(&a) + 1);
         assert_eq!(s.resource_version(), rv(&b));
         let same = s.put(a.clone()).unwrap();
@@ -693,14 +701,23 @@ mod tests {
         let mut m = machine("m");
         m["metadata"]["finalizers"] = json!(["example.com/f"]);
         s.create(m).unwrap();
-        let d = s.delete("cluster.x-k8s.io/v1beta2", "Machine", "default", "m").unwrap();
+        let d = s
+            .delete("cluster.x-k8s.io/v1beta2", "Machine", "default", "m")
+            .unwrap();
         assert!(d["metadata"]["deletionTimestamp"].is_string());
-        let mut held = s.get("cluster.x-k8s.io/v1beta2", "Machine", "default", "m").unwrap();
+        let mut held = s
+            .get("cluster.x-k8s.io/v1beta2", "Machine", "default", "m")
+            .unwrap();
         held["metadata"]["finalizers"] = json!([]);
         s.put(held).unwrap();
-        assert!(s.get("cluster.x-k8s.io/v1beta2", "Machine", "default", "m").is_none());
+        assert!(s
+            .get("cluster.x-k8s.io/v1beta2", "Machine", "default", "m")
+            .is_none());
         let kinds: Vec<EventType> = s.changes_since(0).unwrap().iter().map(|c| c.kind).collect();
-        assert_eq!(kinds, [EventType::Added, EventType::Modified, EventType::Deleted]);
+        assert_eq!(
+            kinds,
+            [EventType::Added, EventType::Modified, EventType::Deleted]
+        );
     }
 
     #[test]
@@ -719,11 +736,27 @@ mod tests {
     fn bad_writes_change_nothing() {
         let mut s = store();
         let rv = s.resource_version();
-        assert_eq!(s.create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {}})).unwrap_err().code, 422);
-        assert_eq!(s.create(json!({"apiVersion": "v9", "kind": "Nope"})).unwrap_err().code, 400);
-        s.create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a"}})).unwrap();
-        let e = s.create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a"}})).unwrap_err();
-        assert_eq!((e.code, e.body["message"].as_str().unwrap()), (409, "nodes \"a\" already exists"));
+        assert_eq!(
+            s.create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {}}))
+                .unwrap_err()
+                .code,
+            422
+        );
+        assert_eq!(
+            s.create(json!({"apiVersion": "v9", "kind": "Nope"}))
+                .unwrap_err()
+                .code,
+            400
+        );
+        s.create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a"}}))
+            .unwrap();
+        let e = s
+            .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a"}}))
+            .unwrap_err();
+        assert_eq!(
+            (e.code, e.body["message"].as_str().unwrap()),
+            (409, "nodes \"a\" already exists")
+        );
         assert_eq!(s.resource_version(), rv + 1);
     }
 }
