@@ -479,6 +479,65 @@ fn strategic_table() -> Vec<(Value, PatchKind, String)> {
     add(secret(), &on_secret);
     add(namespace(), &on_namespace);
     add(event(), &on_event);
+    // Odd stored lists: empty, duplicated keys, an item without its key.
+    let mut odd = node();
+    odd["status"]["conditions"] = json!([]);
+    odd["status"]["addresses"] = json!([
+        {"type": "InternalIP", "address": "a"},
+        {"type": "InternalIP", "address": "b"},
+        {"type": "Hostname", "address": "h"}
+    ]);
+    odd["metadata"]["ownerReferences"] = json!([{"name": "no-uid"}]);
+    odd["metadata"]["finalizers"] = json!(["f1", "f1", "f2"]);
+    add(
+        odd,
+        &[
+            r#"{"status":{"conditions":[[1]]}}"#,
+            r#"{"status":{"conditions":[{"type":"A"}]}}"#,
+            r#"{"status":{"addresses":[{"type":"InternalIP","address":"c"}]}}"#,
+            r#"{"status":{"addresses":[{"type":"InternalIP","$patch":"delete"}]}}"#,
+            r#"{"status":{"addresses":[{"type":"ExternalIP","address":"e"}]}}"#,
+            r#"{"status":{"$setElementOrder/addresses":[{"type":"Hostname"},{"type":"InternalIP"}]}}"#,
+            r#"{"metadata":{"ownerReferences":[{"uid":"u9","name":"x"}]}}"#,
+            r#"{"metadata":{"labels":{"z":"1"}}}"#,
+            r#"{"metadata":{"finalizers":["f3"]}}"#,
+            r#"{"metadata":{"$deleteFromPrimitiveList/finalizers":["f1"]}}"#,
+            r#"{"status":{"$setElementOrder/conditions":[{"type":"B"},{"type":"A"}],"conditions":[{"type":"A"},{"type":"B"}]}}"#,
+            r#"{"status":{"$setElementOrder/conditions":[{"type":"A"},{"type":"B"}],"conditions":[{"type":"A"},{"type":"C","$patch":"delete"},{"type":"B"}]}}"#,
+            r#"{"status":{"conditions":[{"type":"A","$retainKeys":["type"],"x":1}]}}"#,
+        ],
+    );
+    // $setElementOrder orders by the stored list as upstream's in-place
+    // deletes and appends left it.
+    for types in [
+        &["A", "B", "C"][..],
+        &["A", "B", "C", "D"][..],
+        &["A", "B", "C", "D", "E"][..],
+    ] {
+        let mut n = node();
+        n["status"]["conditions"] = Value::Array(
+            types
+                .iter()
+                .map(|t| json!({"type": t, "status": "True"}))
+                .collect(),
+        );
+        n["metadata"]["finalizers"] = json!(types
+            .iter()
+            .flat_map(|t| [t.to_string(), t.to_string()])
+            .take(types.len())
+            .collect::<Vec<_>>());
+        add(
+            n,
+            &[
+                r#"{"status":{"$setElementOrder/conditions":[{"type":"N"},{"type":"C"}],"conditions":[{"type":"A","$patch":"delete"},{"type":"N","status":"x"}]}}"#,
+                r#"{"status":{"$setElementOrder/conditions":[{"type":"A"}],"conditions":[{"type":"A","$patch":"delete"},{"type":"A","status":"y"}]}}"#,
+                r#"{"status":{"$setElementOrder/conditions":[{"type":"N2"},{"type":"B"},{"type":"N"}],"conditions":[{"type":"B","$patch":"delete"},{"type":"N"},{"type":"N2"}]}}"#,
+                r#"{"status":{"$setElementOrder/conditions":[{"type":"C"},{"type":"N"}],"conditions":[{"type":"N"}]}}"#,
+                r#"{"metadata":{"$setElementOrder/finalizers":["Z","B"],"finalizers":["Z"]}}"#,
+                r#"{"metadata":{"$setElementOrder/finalizers":["A","Z"],"finalizers":["Z","A"]}}"#,
+            ],
+        );
+    }
     // A Node without status or metadata lists: lists are created.
     add(
         json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "bare"}}),
@@ -548,8 +607,16 @@ fn gen_node() -> impl Strategy<Value = Value> {
                 prop::collection::vec(pick(&["True", "False", "Unknown"]), n),
             )
         });
-    let addrs = prop::sample::subsequence(ADDR_TYPES.to_vec(), 0..=3).prop_shuffle();
-    let fins = prop::sample::subsequence(FINALIZERS.to_vec(), 0..=3).prop_shuffle();
+    // Duplicates in stored lists are rare but legal (and show upstream's
+    // in-place dedup); a quarter of the lists have them.
+    let addrs = prop_oneof![
+        3 => prop::sample::subsequence(ADDR_TYPES.to_vec(), 0..=3).prop_shuffle(),
+        1 => prop::collection::vec(pick(ADDR_TYPES), 0..5),
+    ];
+    let fins = prop_oneof![
+        3 => prop::sample::subsequence(FINALIZERS.to_vec(), 0..=3).prop_shuffle(),
+        1 => prop::collection::vec(pick(FINALIZERS), 0..6),
+    ];
     let owners = prop::sample::subsequence(UIDS.to_vec(), 0..=2);
     let labels = small_map(&["a", "b", "kubernetes.io/hostname"], &["1", "2"]);
     (conds, addrs, fins, owners, labels).prop_map(|((types, statuses), addrs, fins, owners, labels)| {
