@@ -102,7 +102,16 @@ fn check(obj: &Value, kind: PatchKind, patch: &str) -> Result<Agreed, String> {
     let theirs = kubectl(obj, kind, patch);
     match (&ours, &theirs) {
         (Ok(a), Ok(b)) if same(a, b) => Ok(Agreed::BothApplied),
-        (Err(_), Err(_)) => Ok(Agreed::BothFailed),
+        (Err(a), Err(b)) => {
+            if std::env::var_os("PATCH_ORACLE_SHOW_ERRORS").is_some()
+                && format!("error: {a}").trim_end() != b.trim_end()
+            {
+                eprintln!(
+                    "error texts differ: -p {patch} on {obj}\n  ours:    {a}\n  kubectl: {b}"
+                );
+            }
+            Ok(Agreed::BothFailed)
+        }
         _ => Err(format!(
             "--type={} -p '{patch}' on {obj}\n  ours:    {ours:?}\n  kubectl: {theirs:?}",
             type_flag(kind)
@@ -933,12 +942,22 @@ fn draw<S: Strategy>(strategy: S, n: usize) -> Vec<S::Value> {
         .collect()
 }
 
+/// `PATCH_ORACLE_SCALE=N` draws N times as many cases (for a deeper run by
+/// hand; the default keeps the test near half a minute).
+fn scale() -> usize {
+    std::env::var("PATCH_ORACLE_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+}
+
 fn generated_cases() -> Vec<(Value, PatchKind, String)> {
     let mut cases = Vec::new();
-    for (o, p) in draw((gen_node(), gen_strategic_node_patch()), 96) {
+    let k = scale();
+    for (o, p) in draw((gen_node(), gen_strategic_node_patch()), 96 * k) {
         cases.push((o, PatchKind::Strategic, p.to_string()));
     }
-    for p in draw(gen_strategic_node_patch(), 32) {
+    for p in draw(gen_strategic_node_patch(), 32 * k) {
         // The same patches on a Lease: its metadata merges as a Node's does.
         let Some(meta) = p.get("metadata") else {
             continue;
@@ -949,16 +968,16 @@ fn generated_cases() -> Vec<(Value, PatchKind, String)> {
             json!({ "metadata": meta }).to_string(),
         ));
     }
-    for (o, p) in draw((gen_node(), gen_merge_patch()), 48) {
+    for (o, p) in draw((gen_node(), gen_merge_patch()), 48 * k) {
         cases.push((o, PatchKind::Merge, p.to_string()));
     }
-    for p in draw(gen_merge_patch(), 48) {
+    for p in draw(gen_merge_patch(), 48 * k) {
         cases.push((machine(), PatchKind::Merge, p.to_string()));
     }
-    for (o, p) in draw((gen_node(), gen_json_patch()), 96) {
+    for (o, p) in draw((gen_node(), gen_json_patch()), 96 * k) {
         cases.push((o, PatchKind::Json, p.to_string()));
     }
-    for p in draw(gen_json_patch(), 32) {
+    for p in draw(gen_json_patch(), 32 * k) {
         cases.push((machine(), PatchKind::Json, p.to_string()));
     }
     cases
