@@ -670,6 +670,7 @@ fn gen_keyed_item(
         prop_oneof![
             6 => pick(&["True", "False", "x", "y"]).prop_map(|v| json!(v)),
             1 => Just(Value::Null),
+            1 => Just(json!({"nested": null, "k": "v"})),
         ],
         prop_oneof![24 => Just(None), 3 => Just(Some("delete")), 1 => Just(Some("replace")), 1 => Just(Some("merge"))],
     )
@@ -715,7 +716,20 @@ fn gen_strategic_node_patch() -> impl Strategy<Value = Value> {
         0.4,
         prop::collection::vec(gen_keyed_item("type", ADDR_TYPES, "address"), 0..3),
     );
-    let labels = prop::option::weighted(0.5, small_map(&["a", "b", "c"], &["1", "3"]));
+    // Maps merge recursively; sometimes with a `$patch` directive of their own.
+    let labels = prop::option::weighted(
+        0.5,
+        (
+            small_map(&["a", "b", "c"], &["1", "3"]),
+            prop_oneof![8 => Just(None), 1 => Just(Some("replace")), 1 => Just(Some("delete")), 1 => Just(Some("merge"))],
+        )
+            .prop_map(|(mut m, d)| {
+                if let (Some(d), Some(o)) = (d, m.as_object_mut()) {
+                    o.insert("$patch".into(), json!(d));
+                }
+                m
+            }),
+    );
     let finalizers = prop::option::weighted(
         0.4,
         prop::collection::vec(pick(FINALIZERS).prop_map(|f| json!(f)), 0..3),
