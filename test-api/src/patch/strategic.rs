@@ -311,7 +311,11 @@ fn merge_map(
     apply_retain_keys_directive(&mut original, &mut patch)?;
     merge_patch_into_original(&mut original, &mut patch, schema)?;
 
-    for (key, patch_v) in patch {
+    // Sorted explicitly: serde_json's map keeps insertion order when any
+    // crate in the build enables its `preserve_order` feature.
+    let mut entries: Vec<(String, Value)> = patch.into_iter().collect();
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    for (key, patch_v) in entries {
         let mut k = key;
         let mut is_delete_list = false;
         if k.starts_with(DELETE_FROM_PRIMITIVE_LIST) {
