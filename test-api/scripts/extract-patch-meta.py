@@ -184,6 +184,14 @@ json.dump({
     "source": {
         "repos": ["github.com/kubernetes/api", "github.com/kubernetes/apimachinery"],
         "tag": TAG,
+        "commits": {
+            "github.com/kubernetes/api": subprocess.run(
+                ["git", "-C", API, "rev-parse", f"{TAG}^{{commit}}"], check=True,
+                capture_output=True, text=True).stdout.strip(),
+            "github.com/kubernetes/apimachinery": subprocess.run(
+                ["git", "-C", MACH, "rev-parse", f"{TAG}^{{commit}}"], check=True,
+                capture_output=True, text=True).stdout.strip(),
+        },
         "files": {pkg: [f"{'k8s.io/api' if repo == API else 'k8s.io/apimachinery'}/{f}" for f in files]
                   for pkg, (repo, files) in PACKAGES.items()},
         "what": "Go struct tags json/patchStrategy/patchMergeKey, read as strategicpatch.PatchMetaFromStruct reads them",

@@ -168,3 +168,136 @@ pub fn apply_patch(
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node() -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "finalizers": ["a"]},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+        })
+    }
+
+    fn node_meta() -> &'static PatchMeta {
+        patch_meta_for("v1", "Node").expect("Node has patch metadata")
+    }
+
+    #[test]
+    fn a_new_condition_is_merged_by_type_and_goes_first() {
+        let patch = br#"{"status":{"conditions":[{"type":"X","status":"False"}]}}"#;
+        let out =
+            apply_patch(PatchKind::Strategic, &node(), patch, Some(node_meta())).expect("applies");
+        assert_eq!(
+            out["status"]["conditions"],
+            json!([{"type": "X", "status": "False"}, {"type": "Ready", "status": "True"}])
+        );
+        // A merge patch replaces the list instead.
+        let out = apply_patch(PatchKind::Merge, &node(), patch, None).expect("applies");
+        assert_eq!(
+            out["status"]["conditions"],
+            json!([{"type": "X", "status": "False"}])
+        );
+    }
+
+    #[test]
+    fn statuses_are_kube_apiservers() {
+        let n = node();
+        let e = apply_patch(PatchKind::Strategic, &n, b"{}", None).expect_err("no metadata");
+        assert_eq!((e.http_status(), e.reason()), (415, "UnsupportedMediaType"));
+        let e =
+            apply_patch(PatchKind::Strategic, &n, b"{", Some(node_meta())).expect_err("bad json");
+        assert_eq!(e.http_status(), 400);
+        let e = apply_patch(
+            PatchKind::Strategic,
+            &n,
+            br#"{"metadata":{"$retainKeys":"x"}}"#,
+            Some(node_meta()),
+        )
+        .expect_err("bad retainKeys");
+        assert_eq!(
+            (e.http_status(), e.message()),
+            (400, "invalid patch format of retainKeys".to_string())
+        );
+        let mut empty = n.clone();
+        empty["status"]["conditions"] = json!([]);
+        let e = apply_patch(
+            PatchKind::Strategic,
+            &empty,
+            br#"{"status":{"conditions":[[1]]}}"#,
+            Some(node_meta()),
+        )
+        .expect_err("list of lists");
+        assert_eq!(e.http_status(), 422);
+        assert_eq!(e.detail(), "lists of lists are not supported");
+        let e = apply_patch(
+            PatchKind::Strategic,
+            &n,
+            br#"{"status":{"conditions":[{"status":"x"}]}}"#,
+            Some(node_meta()),
+        )
+        .expect_err("no merge key");
+        assert_eq!(e.http_status(), 500);
+        assert_eq!(
+            e.message(),
+            "map: map[status:x] does not contain declared merge key: type"
+        );
+
+        let e = apply_patch(PatchKind::Merge, &n, b"null", None).expect_err("null merge patch");
+        assert_eq!(
+            (e.http_status(), e.message()),
+            (400, "Invalid JSON Patch".to_string())
+        );
+
+        let e = apply_patch(PatchKind::Json, &n, b"{}", None).expect_err("not a list");
+        assert_eq!(e.http_status(), 400);
+        assert_eq!(
+            e.message(),
+            "json: cannot unmarshal object into Go value of type jsonpatch.Patch"
+        );
+        let e = apply_patch(
+            PatchKind::Json,
+            &n,
+            br#"[{"op":"remove","path":"/nope"}]"#,
+            None,
+        )
+        .expect_err("absent");
+        assert_eq!(e.http_status(), 422);
+        assert_eq!(e.message(), GENERIC_422);
+        assert_eq!(
+            e.detail(),
+            "error in remove for path: '/nope': Unable to remove nonexistent key: nope: missing value"
+        );
+        let many = format!(
+            "[{}]",
+            vec![r#"{"op":"test","path":"/kind","value":"Node"}"#; 10_001].join(",")
+        );
+        let e = apply_patch(PatchKind::Json, &n, many.as_bytes(), None).expect_err("too many");
+        assert_eq!(e.http_status(), 413);
+    }
+
+    #[test]
+    fn an_item_both_added_and_deleted_is_deleted_first() {
+        // Upstream takes the two keys in Go's random map order; we always
+        // apply the deletion list first (kubectl's more frequent answer).
+        let patch =
+            br#"{"metadata":{"finalizers":["b"],"$deleteFromPrimitiveList/finalizers":["a","b"]}}"#;
+        let out =
+            apply_patch(PatchKind::Strategic, &node(), patch, Some(node_meta())).expect("applies");
+        assert_eq!(out["metadata"]["finalizers"], json!(["b"]));
+    }
+
+    #[test]
+    fn content_types_map_to_kinds() {
+        assert_eq!(
+            PatchKind::from_content_type("application/strategic-merge-patch+json; charset=utf-8"),
+            Some(PatchKind::Strategic)
+        );
+        assert_eq!(PatchKind::from_content_type("application/json"), None);
+        for k in [PatchKind::Strategic, PatchKind::Merge, PatchKind::Json] {
+            assert_eq!(PatchKind::from_content_type(k.content_type()), Some(k));
+        }
+    }
+}

@@ -311,7 +311,11 @@ fn merge_map(
     apply_retain_keys_directive(&mut original, &mut patch)?;
     merge_patch_into_original(&mut original, &mut patch, schema)?;
 
-    for (key, patch_v) in patch {
+    // Sorted explicitly: serde_json's map keeps insertion order when any
+    // crate in the build enables its `preserve_order` feature.
+    let mut entries: Vec<(String, Value)> = patch.into_iter().collect();
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    for (key, patch_v) in entries {
         let mut k = key;
         let mut is_delete_list = false;
         if k.starts_with(DELETE_FROM_PRIMITIVE_LIST) {
@@ -361,7 +365,7 @@ fn merge_map(
             (Value::Array(o), Value::Array(p)) => {
                 let (sub, field) = schema.lookup_slice(&k).map_err(SmpError::Other)?;
                 let strategy = patch_strategy(&field.strategies)?;
-                let merged =
+                let (merged, _) =
                     merge_slice_handler(o, p, &sub, &strategy, &field.merge_key, is_delete_list)?;
                 original.insert(k, Value::Array(merged));
             }
@@ -375,7 +379,8 @@ fn merge_map(
     Ok(original)
 }
 
-/// `mergeSliceHandler`.
+/// `mergeSliceHandler`. Returns the merged list and what the caller's
+/// `original` slice reads afterwards (see [`Alias`]).
 fn merge_slice_handler(
     original: Vec<Value>,
     patch: Vec<Value>,
@@ -383,11 +388,70 @@ fn merge_slice_handler(
     strategy: &str,
     merge_key: &str,
     is_delete_list: bool,
-) -> Res<Vec<Value>> {
+) -> Res<(Vec<Value>, Vec<Value>)> {
     if strategy == MERGE || is_delete_list {
         merge_slice(original, patch, schema, merge_key, is_delete_list)
     } else {
-        Ok(patch)
+        Ok((patch, original))
+    }
+}
+
+/// What a Go caller's `original` slice reads after upstream's list merge
+/// wrote into the array it shares. Upstream deletes items in place
+/// (`append(s[:i], s[i+1:]...)`) and appends new ones into the spare
+/// capacity, and `mergePatchIntoOriginal` reuses its `originalFieldValue`
+/// afterwards as the server order for `$setElementOrder`. We track the
+/// caller's window (its length) over that array, assuming the capacity
+/// encoding/json leaves on a decoded list (what kubectl has). Only the items'
+/// merge keys matter to the order, so merged contents are not tracked.
+struct Alias {
+    view: Vec<Value>,
+    cap: usize,
+    len: usize,
+    shared: bool,
+}
+
+impl Alias {
+    fn new(original: &[Value]) -> Alias {
+        Alias {
+            view: original.to_vec(),
+            cap: decoded_capacity(original.len()),
+            len: original.len(),
+            shared: true,
+        }
+    }
+
+    /// Item `i` was removed from `working` (now one shorter), shifting the rest.
+    fn removed(&mut self, working: &[Value], i: usize) {
+        if !self.shared {
+            return;
+        }
+        for (p, v) in working.iter().enumerate().skip(i) {
+            if let Some(slot) = self.view.get_mut(p) {
+                *slot = v.clone();
+            }
+        }
+        self.len -= 1;
+    }
+
+    /// `item` was appended to the working slice.
+    fn appended(&mut self, item: &Value) {
+        if !self.shared {
+            return;
+        }
+        if self.len < self.cap {
+            if let Some(slot) = self.view.get_mut(self.len) {
+                *slot = item.clone();
+            }
+            self.len += 1;
+        } else {
+            // append reallocated: later writes go to a new array
+            self.shared = false;
+        }
+    }
+
+    fn detach(&mut self) {
+        self.shared = false;
     }
 }
 
@@ -472,22 +536,33 @@ fn merge_slice(
     schema: &Schema,
     merge_key: &str,
     is_delete_list: bool,
-) -> Res<Vec<Value>> {
+) -> Res<(Vec<Value>, Vec<Value>)> {
     if original.is_empty() && patch.is_empty() {
-        return Ok(original);
+        return Ok((original.clone(), original));
     }
     let kind = slice_element_type(&[&original, &patch])?;
-    let (merged, patch, server_order) = if kind != GoKind::Map {
+    let (merged, patch, server_order, view) = if kind != GoKind::Map {
         if is_delete_list {
-            return delete_from_slice(original, &patch);
+            return Ok((delete_from_slice(original.clone(), &patch)?, original));
         }
-        let mut merged: Vec<Value> = Vec::with_capacity(original.len() + patch.len());
-        for v in original.iter().chain(patch.iter()) {
-            if !contains(&merged, v)? {
-                merged.push(v.clone());
-            }
-        }
-        (merged, patch, original)
+        // Upstream: `both := append(original, patch...)` then an in-place
+        // dedup. When the decoded `original` had room for the patch items,
+        // `both` shares its array and the dedup rewrites what `original`
+        // (the server order used below) sees; this shows when the stored list
+        // has duplicates. We model the capacity encoding/json gives a
+        // decoded list (what kubectl has; kube-apiserver's depends on how
+        // the stored object was decoded and copied).
+        let orig_len = original.len();
+        let aliased = orig_len + patch.len() <= decoded_capacity(orig_len);
+        let mut backing: Vec<Value> = original.iter().chain(patch.iter()).cloned().collect();
+        let len = deduplicate_scalars(&mut backing)?;
+        let merged = backing[..len].to_vec();
+        let server_order = if aliased {
+            backing[..orig_len].to_vec()
+        } else {
+            original
+        };
+        (merged, patch, server_order.clone(), server_order)
     } else {
         if merge_key.is_empty() {
             return Err(other(format!(
@@ -495,24 +570,60 @@ fn merge_slice(
                 schema.name()
             )));
         }
-        let (original, patch) = merge_slice_with_special_elements(original, patch, merge_key)?;
+        let mut alias = Alias::new(&original);
+        let (original, patch) =
+            merge_slice_with_special_elements(original, patch, merge_key, &mut alias)?;
         let server_order = original.clone();
-        let merged = merge_slice_without_special_elements(original, &patch, merge_key, schema)?;
-        (merged, patch, server_order)
+        let merged =
+            merge_slice_without_special_elements(original, &patch, merge_key, schema, &mut alias)?;
+        (merged, patch, server_order, alias.view)
     };
     let (patch_items, server_only) = if merge_key.is_empty() {
         partition_primitives(merged, &patch)?
     } else {
         partition_maps(merged, &patch, merge_key)?
     };
-    normalize_element_order(
+    let merged = normalize_element_order(
         patch_items,
         server_only,
         &patch,
         &server_order,
         merge_key,
         kind,
-    )
+    )?;
+    Ok((merged, view))
+}
+
+/// `deduplicateScalars`: upstream's in-place dedup (a duplicate is
+/// overwritten by the last item); returns the new length. The items past it
+/// keep what was written there, as Go's backing array does.
+fn deduplicate_scalars(s: &mut [Value]) -> Res<usize> {
+    let mut length = s.len() as isize - 1;
+    let mut i: isize = 0;
+    while i < length {
+        let mut j = i + 1;
+        while j <= length {
+            if go_eq(&s[i as usize], &s[j as usize])? {
+                s[j as usize] = s[length as usize].clone();
+                length -= 1;
+                j -= 1;
+            }
+            j += 1;
+        }
+        i += 1;
+    }
+    Ok((length + 1) as usize)
+}
+
+/// The capacity Go's encoding/json leaves on a decoded `[]interface{}` of
+/// `n` items: it appends one by one from empty, so `append`'s growth
+/// (doubling, rounded to malloc size classes, which for 16-byte items up to
+/// 256 are the powers of two). Larger lists are treated as full.
+fn decoded_capacity(n: usize) -> usize {
+    if n == 0 || n > 256 {
+        return n;
+    }
+    n.next_power_of_two()
 }
 
 /// `deleteFromSlice`: the parallel deletion list of a primitive list.
@@ -536,6 +647,7 @@ fn merge_slice_with_special_elements(
     mut original: Vec<Value>,
     patch: Vec<Value>,
     merge_key: &str,
+    alias: &mut Alias,
 ) -> Res<(Vec<Value>, Vec<Value>)> {
     let mut plain = Vec::with_capacity(patch.len());
     let mut replace = false;
@@ -557,6 +669,7 @@ fn merge_slice_with_special_elements(
                 };
                 while let Some(i) = find_map_in_slice(&original, merge_key, value)? {
                     original.remove(i);
+                    alias.removed(&original, i);
                 }
             }
             Some(REPLACE) => replace = true,
@@ -567,6 +680,7 @@ fn merge_slice_with_special_elements(
         }
     }
     if replace {
+        alias.detach();
         Ok((plain, Vec::new()))
     } else {
         Ok((original, plain))
@@ -580,6 +694,7 @@ fn merge_slice_without_special_elements(
     patch: &[Value],
     merge_key: &str,
     schema: &Schema,
+    alias: &mut Alias,
 ) -> Res<Vec<Value>> {
     for v in patch {
         let Value::Object(m) = v else {
@@ -598,7 +713,10 @@ fn merge_slice_without_special_elements(
                 };
                 original[i] = Value::Object(merge_map(o, m.clone(), schema)?);
             }
-            None => original.push(v.clone()),
+            None => {
+                original.push(v.clone());
+                alias.appended(v);
+            }
         }
     }
     Ok(original)
@@ -854,7 +972,7 @@ fn merge_patch_into_original(
             merge_key,
         )?;
 
-        let original_values = original_list.clone().unwrap_or_default();
+        let mut original_values = original_list.clone().unwrap_or_default();
         let patch_values = patch_list.clone().unwrap_or_default();
         let merged = match (original_list, patch_list) {
             (Some(o), None) => o,
@@ -862,7 +980,13 @@ fn merge_patch_into_original(
                 Some(Value::Array(a)) => a,
                 _ => continue,
             },
-            (Some(o), Some(p)) => merge_slice_handler(o, p, &sub, &strategy, merge_key, false)?,
+            (Some(o), Some(p)) => {
+                // The merge may have rewritten the array `originalFieldValue`
+                // shares; upstream orders by what it reads afterwards.
+                let (merged, view) = merge_slice_handler(o, p, &sub, &strategy, merge_key, false)?;
+                original_values = view;
+                merged
+            }
             (None, None) => continue,
         };
         let (patch_items, server_only) = if merge_key.is_empty() {
