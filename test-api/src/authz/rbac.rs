@@ -277,7 +277,8 @@ fn applies_to(user: &User, s: &Subject, binding_ns: &str) -> bool {
             } else {
                 &s.namespace
             };
-            user.name == format!("system:serviceaccount:{ns}:{}", s.name)
+            // A ClusterRoleBinding lends no namespace: its subject must name one.
+            !ns.is_empty() && user.name == format!("system:serviceaccount:{ns}:{}", s.name)
         }
         _ => false,
     }

@@ -313,6 +313,40 @@ fn rbac_yaml_errors_are_one_line() {
 }
 
 #[test]
+fn a_cluster_role_binding_service_account_needs_a_namespace() {
+    let yaml = "kind: ClusterRole\nmetadata: {name: r}\nrules: [{apiGroups: [''], resources: [nodes], verbs: [get]}]\n---\nkind: ClusterRoleBinding\nmetadata: {name: b}\nroleRef: {kind: ClusterRole, name: r}\nsubjects: [{kind: ServiceAccount, name: sa}]\n";
+    let r = Rbac::from_yaml(yaml).expect("loads");
+    let a = named(
+        attrs(
+            User::new("system:serviceaccount::sa", &[]),
+            "get",
+            "",
+            "nodes",
+        ),
+        "n",
+    );
+    assert!(matches!(
+        authorize(&a, &r, NodeAuthzMode::Legacy),
+        Decision::Deny(_)
+    ));
+}
+
+#[test]
+fn deny_status_names_the_selected_object() {
+    let a = fs(
+        attrs(node_user("a"), "watch", "", "nodes"),
+        "metadata.name=b",
+    );
+    let Decision::Deny(m) = decide(&a, NodeAuthzMode::SelectorRestricted) else {
+        panic!("denied")
+    };
+    let s = deny_status(&a, &m);
+    assert_eq!(s["details"], json!({"name": "b", "kind": "nodes"}));
+    assert_eq!(s["code"], 403);
+    assert_eq!(s["message"], json!(m));
+}
+
+#[test]
 fn forbidden_status_body() {
     assert_eq!(
         forbidden_status("", "nodes", "b", "nodes \"b\" is forbidden: x"),
