@@ -299,6 +299,39 @@ fn the_422_table() {
 }
 
 #[test]
+fn a_status_write_judges_only_the_status() {
+    // A Machine whose spec lacks bootstrap (kept from an older write): its
+    // status write passes when the status is valid, as on a real server.
+    let mut obj = machine(vec![condition("Ready")]);
+    obj["spec"].as_object_mut().map(|m| m.remove("bootstrap"));
+    obj["metadata"]
+        .as_object_mut()
+        .map(|m| m.remove("namespace"));
+    assert_eq!(
+        set().validate_status("cluster.x-k8s.io", "v1beta2", "Machine", &mut obj.clone()),
+        Ok(vec![])
+    );
+    assert!(set()
+        .validate("cluster.x-k8s.io", "v1beta2", "Machine", &mut obj.clone())
+        .is_err());
+    let mut c = condition("A");
+    c.as_object_mut().map(|m| m.remove("reason"));
+    obj["status"]["conditions"] = json!([c]);
+    obj["status"]["junk"] = json!(1);
+    let e = set()
+        .validate_status("cluster.x-k8s.io", "v1beta2", "Machine", &mut obj)
+        .expect_err("422");
+    assert_eq!(
+        e.message(),
+        msg(&["status.conditions[0].reason: Required value", BLOCKED])
+    );
+    assert!(
+        obj["status"].get("junk").is_none(),
+        "pruned on status writes too"
+    );
+}
+
+#[test]
 fn message_length_counts_characters() {
     // maxLength is in characters (utf8.RuneCountInString): 32768 two-byte
     // characters are 65536 bytes and still valid.
