@@ -4,10 +4,8 @@
 //! semantics are compared with `kubectl patch --local` (apimachinery's merge,
 //! offline), and kubectl itself drives it as an operator would.
 
-pub mod identity;
-
-pub use authz::{admit_node_restriction, authorize, Decision, Rbac};
-pub use identity::{Attributes, NodeAuthzMode, Op, User};
-pub use schema::{CrdSet, Invalid};
 pub mod authz;
+pub mod identity;
 pub mod schema;
+
+pub use identity::{Attributes, NodeAuthzMode, Op, User};

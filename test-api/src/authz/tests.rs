@@ -308,6 +308,15 @@ fn rbac_yaml_errors_are_one_line() {
     assert!(Rbac::from_yaml("kind: [").is_err());
     let e = Rbac::from_yaml("---\nkind: Role\nmetadata: {}\n").expect_err("no name");
     assert!(e.to_string().contains("Role without metadata.name"), "{e}");
+    let mut r = rbac();
+    let before = r.clone();
+    assert!(r
+        .add_yaml("kind: Role\nmetadata: {name: ok}\n---\nkind: Role\nmetadata: {}\n")
+        .is_err());
+    assert_eq!(r, before, "a bad text adds nothing");
+    r.add_yaml("kind: ClusterRole\nmetadata: {name: extra}\n")
+        .expect("adds");
+    assert_eq!(r.roles.len(), before.roles.len() + 1);
     let list = "kind: List\nitems:\n- kind: ClusterRole\n  metadata: {name: r}\n  rules: []\n";
     assert_eq!(Rbac::from_yaml(list).map(|r| r.roles.len()).ok(), Some(1));
 }
