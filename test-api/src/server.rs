@@ -560,8 +560,16 @@ fn resource(
                     .map_err(|m| forbidden(&rt.group, &rt.plural, &n, &m))?;
             }
             if rt.crd {
-                crds.validate(&rt.group, &version, &rt.kind, new)
-                    .map_err(invalid_to_api)?;
+                // A status write is judged as the status strategy judges it
+                // (status, labels, annotations), the main resource whole.
+                if sub.is_some() {
+                    crds.validate_status(&rt.group, &version, &rt.kind, new)
+                        .map(|_| ())
+                        .map_err(invalid_to_api)?;
+                } else {
+                    crds.validate(&rt.group, &version, &rt.kind, new)
+                        .map_err(invalid_to_api)?;
+                }
             }
             Ok(())
         }
@@ -814,23 +822,33 @@ impl Builder {
     /// Binds 127.0.0.1 on a free port and serves. The server runs on a
     /// runtime of its own, so a test may block (e.g. run kubectl) freely.
     pub async fn start(self) -> Result<TestApiServer, ServerError> {
+        let crds = CrdSet::upstream_shared().map_err(|e| ServerError::Schema(e.to_string()))?;
+        let mut rbac = Rbac::default();
+        for text in &self.rbac_yaml {
+            rbac.add_yaml(text)
+                .map_err(|e| ServerError::Rbac(e.to_string()))?;
+        }
+        let registry = Arc::new(Registry::new(crds, self.capi_versions.as_deref()));
+        let ca = Ca::generate()?;
+        let tls = ca.server_config()?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("test-api")
             .enable_all()
             .build()
             .map_err(|e| ServerError::Runtime(e.to_string()))?;
-        let crds = CrdSet::upstream_shared().map_err(|e| ServerError::Schema(e.to_string()))?;
-        let rbac = Rbac::from_yaml(&self.rbac_yaml.join("\n---\n"))
-            .map_err(|e| ServerError::Rbac(format!("{e:?}")))?;
-        let registry = Arc::new(Registry::new(crds, self.capi_versions.as_deref()));
-        let ca = Ca::generate()?;
-        let tls = ca.server_config()?;
-        let listener = {
+        let bound = {
             let _enter = runtime.enter();
-            bind(0)?
+            bind(0).and_then(|l| l.local_addr().map(|a| (l, a.port())))
         };
-        let port = listener.local_addr()?.port();
+        let (listener, port) = match bound {
+            Ok(b) => b,
+            Err(e) => {
+                // A runtime may not be dropped inside the caller's async context.
+                runtime.shutdown_background();
+                return Err(e.into());
+            }
+        };
         let (conn_gen, _) = watch::channel(0);
         let (open, _) = watch::channel(0);
         let mut store = Store::new(Arc::clone(&registry));

@@ -663,3 +663,64 @@ async fn a_node_patches_its_own_status_strategically() {
         )
     );
 }
+
+#[tokio::test]
+async fn bad_rbac_yaml_is_one_clear_error() {
+    let e = TestApiServer::builder()
+        .rbac_yaml("kind: ClusterRole\nrules: [")
+        .start()
+        .await
+        .err()
+        .unwrap();
+    let msg = e.to_string();
+    assert!(msg.starts_with("the RBAC YAML: "), "{msg}");
+    assert!(!msg.contains('\n'), "{msg}");
+}
+
+#[tokio::test]
+async fn a_node_heartbeats_its_lease_and_writes_events() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::Event;
+    let srv = server().await;
+    srv.create(node("worker-1")).unwrap();
+    let cert = srv.client_cert("system:node:worker-1", &["system:nodes"]);
+    let client = kube_client(&srv.kubeconfig_inline(&cert)).await;
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let ev: Event = serde_json::from_value(json!({
+        "metadata": {"generateName": "worker-1."},
+        "involvedObject": {"kind": "Node", "name": "worker-1", "apiVersion": "v1"},
+        "reason": "SandboxReady", "message": "gvisor ok", "type": "Normal"
+    }))
+    .unwrap();
+    let created = events.create(&PostParams::default(), &ev).await.unwrap();
+    assert!(created.metadata.name.unwrap().starts_with("worker-1."));
+    // The admin sees it by a field selector on the involved object.
+    let admin: Api<Event> = Api::namespaced(admin_client(&srv).await, "default");
+    let found = admin
+        .list(&ListParams::default().fields("involvedObject.name=worker-1,reason=SandboxReady"))
+        .await
+        .unwrap();
+    assert_eq!(found.items.len(), 1);
+    // Leases: created and renewed by the admin (a controller's leader election).
+    let leases: Api<Lease> = Api::namespaced(admin_client(&srv).await, "kube-system");
+    let l: Lease = serde_json::from_value(json!({"metadata": {"name": "sandbox-readiness-controller"}, "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}})).unwrap();
+    let l = leases.create(&PostParams::default(), &l).await.unwrap();
+    let mut renewed = l.clone();
+    renewed.spec.as_mut().unwrap().holder_identity = Some("b".into());
+    leases
+        .replace(
+            "sandbox-readiness-controller",
+            &PostParams::default(),
+            &renewed,
+        )
+        .await
+        .unwrap();
+    // The old holder's stale update loses.
+    let (code, _, _) = api_error(
+        leases
+            .replace("sandbox-readiness-controller", &PostParams::default(), &l)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, 409);
+}

@@ -101,6 +101,9 @@ pub fn admit_node_restriction(
                     go_quote(node)
                 ));
             }
+            // CVE-2025-5187's fix (kubernetes/kubernetes#133467, backported to
+            // the 1.31–1.33 patch releases of August 2025): an owner reference
+            // could let the garbage collector delete the Node.
             if !same(
                 new.pointer("/metadata/ownerReferences"),
                 old.and_then(|o| o.pointer("/metadata/ownerReferences")),

@@ -129,6 +129,17 @@ pub(crate) fn forbidden(group: &str, resource: &str, name: &str, err: &str) -> S
     }
 }
 
+/// The `metav1.Status` body for `Decision::Deny(message)` of `attrs`
+/// (details name the object as the message does, field-selector name included).
+pub fn deny_status(attrs: &Attributes, message: &str) -> Value {
+    forbidden_status(
+        &attrs.api_group,
+        &attrs.resource,
+        &effective_name(attrs),
+        message,
+    )
+}
+
 /// The `metav1.Status` body of a 403 with `message` (from `Decision::Deny` or
 /// `admit_node_restriction`).
 pub fn forbidden_status(group: &str, resource: &str, name: &str, message: &str) -> Value {

@@ -127,6 +127,14 @@ impl Rbac {
     /// other kind (the Deployment beside them) are skipped.
     pub fn from_yaml(text: &str) -> Result<Rbac, RbacError> {
         let mut rbac = Rbac::default();
+        rbac.add_yaml(text)?;
+        Ok(rbac)
+    }
+
+    /// Adds the objects of another YAML text (a builder's several
+    /// `rbac_yaml` calls); on error nothing is added.
+    pub fn add_yaml(&mut self, text: &str) -> Result<(), RbacError> {
+        let mut rbac = self.clone();
         for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
             let err = |reason: String| RbacError::Parse { doc: i + 1, reason };
             let v = Value::deserialize(doc).map_err(|e| err(e.to_string()))?;
@@ -135,7 +143,8 @@ impl Rbac {
             }
             rbac.add(v).map_err(err)?;
         }
-        Ok(rbac)
+        *self = rbac;
+        Ok(())
     }
 
     fn add(&mut self, v: Value) -> Result<(), String> {
@@ -277,7 +286,8 @@ fn applies_to(user: &User, s: &Subject, binding_ns: &str) -> bool {
             } else {
                 &s.namespace
             };
-            user.name == format!("system:serviceaccount:{ns}:{}", s.name)
+            // A ClusterRoleBinding lends no namespace: its subject must name one.
+            !ns.is_empty() && user.name == format!("system:serviceaccount:{ns}:{}", s.name)
         }
         _ => false,
     }

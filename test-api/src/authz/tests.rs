@@ -308,8 +308,51 @@ fn rbac_yaml_errors_are_one_line() {
     assert!(Rbac::from_yaml("kind: [").is_err());
     let e = Rbac::from_yaml("---\nkind: Role\nmetadata: {}\n").expect_err("no name");
     assert!(e.to_string().contains("Role without metadata.name"), "{e}");
+    let mut r = rbac();
+    let before = r.clone();
+    assert!(r
+        .add_yaml("kind: Role\nmetadata: {name: ok}\n---\nkind: Role\nmetadata: {}\n")
+        .is_err());
+    assert_eq!(r, before, "a bad text adds nothing");
+    r.add_yaml("kind: ClusterRole\nmetadata: {name: extra}\n")
+        .expect("adds");
+    assert_eq!(r.roles.len(), before.roles.len() + 1);
     let list = "kind: List\nitems:\n- kind: ClusterRole\n  metadata: {name: r}\n  rules: []\n";
     assert_eq!(Rbac::from_yaml(list).map(|r| r.roles.len()).ok(), Some(1));
+}
+
+#[test]
+fn a_cluster_role_binding_service_account_needs_a_namespace() {
+    let yaml = "kind: ClusterRole\nmetadata: {name: r}\nrules: [{apiGroups: [''], resources: [nodes], verbs: [get]}]\n---\nkind: ClusterRoleBinding\nmetadata: {name: b}\nroleRef: {kind: ClusterRole, name: r}\nsubjects: [{kind: ServiceAccount, name: sa}]\n";
+    let r = Rbac::from_yaml(yaml).expect("loads");
+    let a = named(
+        attrs(
+            User::new("system:serviceaccount::sa", &[]),
+            "get",
+            "",
+            "nodes",
+        ),
+        "n",
+    );
+    assert!(matches!(
+        authorize(&a, &r, NodeAuthzMode::Legacy),
+        Decision::Deny(_)
+    ));
+}
+
+#[test]
+fn deny_status_names_the_selected_object() {
+    let a = fs(
+        attrs(node_user("a"), "watch", "", "nodes"),
+        "metadata.name=b",
+    );
+    let Decision::Deny(m) = decide(&a, NodeAuthzMode::SelectorRestricted) else {
+        panic!("denied")
+    };
+    let s = deny_status(&a, &m);
+    assert_eq!(s["details"], json!({"name": "b", "kind": "nodes"}));
+    assert_eq!(s["code"], 403);
+    assert_eq!(s["message"], json!(m));
 }
 
 #[test]

@@ -232,6 +232,13 @@ pub fn validate_object_meta(meta: Option<&Value>, namespaced: bool) -> Vec<Field
             ));
         }
     }
+    errs.extend(validate_labels_and_annotations(meta));
+    errs
+}
+
+/// The part of ObjectMeta validation that also applies on update.
+pub fn validate_labels_and_annotations(meta: Option<&Value>) -> Vec<FieldError> {
+    let mut errs = Vec::new();
     if let Some(labels) = meta
         .and_then(|m| m.get("labels"))
         .and_then(Value::as_object)

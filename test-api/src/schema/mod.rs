@@ -22,7 +22,7 @@ use serde_json::Value;
 
 pub(crate) use errors::go_quote;
 pub use errors::{BadValue, ErrorType, FieldError, Invalid};
-pub use metadata::validate_object_meta;
+pub use metadata::{validate_labels_and_annotations, validate_object_meta};
 use structural::Schema;
 
 /// The stored CRDs; `CrdSet::upstream` loads them.
@@ -304,6 +304,31 @@ impl CrdSet {
         kind: &str,
         obj: &mut Value,
     ) -> Result<Vec<String>, Invalid> {
+        self.run(group, version, kind, obj, false)
+    }
+
+    /// A write to the `status` subresource, as kube-apiserver's status
+    /// strategy checks it: only `status` against the schema (and its CEL
+    /// rules), labels and annotations of ObjectMeta, list types everywhere.
+    /// The spec is not judged: the store keeps the old one on a status write.
+    pub fn validate_status(
+        &self,
+        group: &str,
+        version: &str,
+        kind: &str,
+        obj: &mut Value,
+    ) -> Result<Vec<String>, Invalid> {
+        self.run(group, version, kind, obj, true)
+    }
+
+    fn run(
+        &self,
+        group: &str,
+        version: &str,
+        kind: &str,
+        obj: &mut Value,
+        status_only: bool,
+    ) -> Result<Vec<String>, Invalid> {
         let name = obj
             .pointer("/metadata/name")
             .and_then(Value::as_str)
@@ -375,11 +400,20 @@ impl CrdSet {
         prune::drop_nulls(obj, schema);
 
         // customResourceValidator.Validate: ObjectMeta first, then the schema.
-        let mut errs = metadata::validate_object_meta(
-            obj.get("metadata"),
-            crd.kind.scope == Scope::Namespaced,
-        );
-        validate::openapi(obj, schema, "", &mut errs);
+        let namespaced = crd.kind.scope == Scope::Namespaced;
+        let mut errs = if status_only {
+            metadata::validate_labels_and_annotations(obj.get("metadata"))
+        } else {
+            metadata::validate_object_meta(obj.get("metadata"), namespaced)
+        };
+        let status_schema = schema.properties.get("status");
+        if status_only {
+            if let (Some(st), Some(ss)) = (obj.get("status"), status_schema) {
+                validate::openapi(st, ss, "status", &mut errs);
+            }
+        } else {
+            validate::openapi(obj, schema, "", &mut errs);
+        }
         validate::list_types(obj, schema, "", &mut errs);
         let mut rules = Vec::new();
         schema.collect_rules("", &mut rules);
@@ -402,6 +436,11 @@ impl CrdSet {
                     BadValue::Json(Value::Null),
                     "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation".into(),
                 ));
+            } else if status_only {
+                // The unchanged spec's rules are ratcheted away upstream.
+                if let (Some(st), Some(ss)) = (obj.get("status"), status_schema) {
+                    validate::cel_rules(st, ss, "status", &mut errs);
+                }
             } else {
                 validate::cel_rules(obj, schema, "", &mut errs);
             }

@@ -299,6 +299,39 @@ fn the_422_table() {
 }
 
 #[test]
+fn a_status_write_judges_only_the_status() {
+    // A Machine whose spec lacks bootstrap (kept from an older write): its
+    // status write passes when the status is valid, as on a real server.
+    let mut obj = machine(vec![condition("Ready")]);
+    obj["spec"].as_object_mut().map(|m| m.remove("bootstrap"));
+    obj["metadata"]
+        .as_object_mut()
+        .map(|m| m.remove("namespace"));
+    assert_eq!(
+        set().validate_status("cluster.x-k8s.io", "v1beta2", "Machine", &mut obj.clone()),
+        Ok(vec![])
+    );
+    assert!(set()
+        .validate("cluster.x-k8s.io", "v1beta2", "Machine", &mut obj.clone())
+        .is_err());
+    let mut c = condition("A");
+    c.as_object_mut().map(|m| m.remove("reason"));
+    obj["status"]["conditions"] = json!([c]);
+    obj["status"]["junk"] = json!(1);
+    let e = set()
+        .validate_status("cluster.x-k8s.io", "v1beta2", "Machine", &mut obj)
+        .expect_err("422");
+    assert_eq!(
+        e.message(),
+        msg(&["status.conditions[0].reason: Required value", BLOCKED])
+    );
+    assert!(
+        obj["status"].get("junk").is_none(),
+        "pruned on status writes too"
+    );
+}
+
+#[test]
 fn message_length_counts_characters() {
     // maxLength is in characters (utf8.RuneCountInString): 32768 two-byte
     // characters are 65536 bytes and still valid.
@@ -583,4 +616,102 @@ fn bad_crd_text_is_one_error() {
         "{:?}",
         r.err()
     );
+}
+
+/// Objects as Cluster API's own v1.12 e2e templates write them
+/// (kubernetes-sigs/cluster-api v1.12.11 `test/e2e/data/infrastructure-docker/main/bases/{md,cluster-with-topology}.yaml`,
+/// variables filled in), plus a Cozystack-style TalosConfigTemplate: all pass untouched.
+#[test]
+fn cluster_api_example_objects_pass_untouched() {
+    let md = json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "MachineDeployment",
+        "metadata": {"name": "c1-md-0", "namespace": "default"},
+        "spec": {
+            "clusterName": "c1",
+            "replicas": 2,
+            "selector": {"matchLabels": null},
+            "rollout": {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "20%", "maxUnavailable": 0}}},
+            "template": {
+                "metadata": {"labels": {"e2e.remediation.label": ""}},
+                "spec": {
+                    "clusterName": "c1",
+                    "version": "v1.32.0",
+                    "bootstrap": {"configRef": {"name": "c1-md-0", "apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "TalosConfigTemplate"}},
+                    "infrastructureRef": {"name": "c1-md-0", "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerMachineTemplate"},
+                    "failureDomain": "fd4",
+                    "minReadySeconds": 5,
+                    "readinessGates": [{"conditionType": "sandbox-readiness.io/SandboxReady"}],
+                    "taints": [
+                        {"key": "pre-existing-on-initialization-taint", "value": "on-initialization-value", "effect": "PreferNoSchedule", "propagation": "OnInitialization"},
+                        {"key": "pre-existing-always-taint", "value": "always-value", "effect": "PreferNoSchedule", "propagation": "Always"}
+                    ]
+                }
+            }
+        }
+    });
+    let mut obj = md.clone();
+    let r =
+        set().validate_with_warnings("cluster.x-k8s.io", "v1beta2", "MachineDeployment", &mut obj);
+    assert_eq!(r, Ok(vec![]), "{r:?}");
+    let mut want = md.clone();
+    // A null matchLabels of a non-nullable field is dropped, as upstream.
+    want["spec"]["selector"] = json!({});
+    assert_eq!(obj, want);
+
+    let mut cluster = json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "Cluster",
+        "metadata": {"name": "c1", "namespace": "default", "labels": {"cni": "c1-crs-0"}},
+        "spec": {
+            "clusterNetwork": {
+                "services": {"cidrBlocks": ["10.128.0.0/12"]},
+                "pods": {"cidrBlocks": ["192.168.0.0/16"]},
+                "serviceDomain": "cluster.local"
+            },
+            "topology": {
+                "classRef": {"name": "quick-start", "namespace": "default"},
+                "version": "v1.32.0",
+                "controlPlane": {
+                    "metadata": {"labels": {"Cluster.topology.controlPlane.label": "Cluster.topology.controlPlane.labelValue"}},
+                    "deletion": {"nodeDeletionTimeoutSeconds": 30, "nodeVolumeDetachTimeoutSeconds": 300},
+                    "replicas": 1
+                },
+                "workers": {"machineDeployments": [{
+                    "class": "default-worker",
+                    "name": "md-0",
+                    "minReadySeconds": 5,
+                    "replicas": 2,
+                    "failureDomain": "fd4",
+                    "readinessGates": [{"conditionType": "sandbox-readiness.io/SandboxReady"}],
+                    "rollout": {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "20%", "maxUnavailable": 0}}}
+                }]},
+                "variables": [{"name": "etcdImageTag", "value": ""}]
+            }
+        }
+    });
+    let before = cluster.clone();
+    let r = set().validate_with_warnings("cluster.x-k8s.io", "v1beta2", "Cluster", &mut cluster);
+    assert_eq!(r, Ok(vec![]), "{r:?}");
+    assert_eq!(cluster, before);
+
+    let mut tct = json!({
+        "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta1",
+        "kind": "TalosConfigTemplate",
+        "metadata": {"name": "c1-md-0-3f2a1b", "namespace": "default"},
+        "spec": {"template": {"spec": {
+            "generateType": "none",
+            "talosVersion": "v1.11",
+            "data": "version: v1alpha1\nmachine:\n  sysctls:\n    user.max_user_namespaces: \"11255\"\n"
+        }}}
+    });
+    let before = tct.clone();
+    let r = set().validate_with_warnings(
+        "bootstrap.cluster.x-k8s.io",
+        "v1beta1",
+        "TalosConfigTemplate",
+        &mut tct,
+    );
+    assert_eq!(r, Ok(vec![]), "{r:?}");
+    assert_eq!(tct, before);
 }
