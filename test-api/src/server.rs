@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Full, Limited, StreamBody};
+use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
@@ -293,16 +293,10 @@ async fn handle(
         record(None, 401);
         return error_response(&status::unauthorized());
     };
-    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(_) => {
-            let e = status::status(
-                413,
-                "RequestEntityTooLarge",
-                "the request body is too large or could not be read",
-                None,
-            );
-            record(Some(&user), 413);
+    let body = match read_body(req.into_body()).await {
+        Ok(b) => b,
+        Err(e) => {
+            record(Some(&user), e.code);
             return error_response(&e);
         }
     };
@@ -351,6 +345,38 @@ async fn handle(
             r
         }
     }
+}
+
+/// Reads a request body of at most `MAX_BODY` bytes. A larger one is read
+/// on (up to `DRAIN_LIMIT`, then the connection is given up) so that the
+/// client gets the 413 rather than a reset (kube-apiserver's
+/// `NewRequestEntityTooLargeError("limit is N")`).
+async fn read_body(mut body: Incoming) -> Result<Bytes, ApiError> {
+    const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
+    let mut buf = Vec::new();
+    let mut seen = 0usize;
+    let unreadable =
+        |e: hyper::Error| status::bad_request(&format!("the request body could not be read: {e}"));
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(unreadable)?;
+        if let Ok(data) = frame.into_data() {
+            seen += data.len();
+            if seen <= MAX_BODY {
+                buf.extend_from_slice(&data);
+            } else if seen > DRAIN_LIMIT {
+                break;
+            }
+        }
+    }
+    if seen > MAX_BODY {
+        return Err(status::status(
+            413,
+            "RequestEntityTooLarge",
+            &format!("Request entity too large: limit is {MAX_BODY}"),
+            None,
+        ));
+    }
+    Ok(Bytes::from(buf))
 }
 
 fn not_found_path() -> ApiError {

@@ -724,3 +724,103 @@ async fn a_node_heartbeats_its_lease_and_writes_events() {
     );
     assert_eq!(code, 409);
 }
+
+#[tokio::test]
+async fn bad_requests_get_a_status_and_change_nothing() {
+    let srv = server().await;
+    srv.create(node("worker-1")).unwrap();
+    let client = admin_client_no_retry(&srv).await;
+    let rv = srv.with_store(|s| s.resource_version());
+    for (method, path, ct, body, want) in [
+        (
+            "POST",
+            "/api/v1/nodes",
+            Some("application/json"),
+            "{not json",
+            400,
+        ),
+        (
+            "POST",
+            "/api/v1/nodes",
+            Some("application/json"),
+            "[1,2]",
+            400,
+        ),
+        (
+            "PUT",
+            "/api/v1/nodes/worker-1",
+            Some("application/json"),
+            r#"{"metadata":{"name":"other"}}"#,
+            400,
+        ),
+        // kube-apiserver hides a JSON patch failure behind a generic 422.
+        (
+            "PATCH",
+            "/api/v1/nodes/worker-1",
+            Some("application/json-patch+json"),
+            r#"[{"op":"nope"}]"#,
+            422,
+        ),
+        (
+            "PATCH",
+            "/api/v1/nodes/worker-1",
+            Some("text/plain"),
+            "{}",
+            415,
+        ),
+        (
+            "GET",
+            "/api/v1/nodes?labelSelector=a%20in%20(",
+            None,
+            "",
+            400,
+        ),
+        (
+            "GET",
+            "/api/v1/nodes?fieldSelector=spec.nope%3D1",
+            None,
+            "",
+            400,
+        ),
+        (
+            "GET",
+            "/api/v1/nodes?watch=1&resourceVersion=abc",
+            None,
+            "",
+            400,
+        ),
+        ("GET", "/api/v1/nopes", None, "", 404),
+        ("GET", "/apis/nope.example.com/v1", None, "", 404),
+        ("DELETE", "/api/v1/nodes/nope", None, "", 404),
+        ("POST", "/version", None, "", 405),
+    ] {
+        let (code, _, body) = raw(&client, method, path, ct, body).await;
+        assert_eq!(code, want, "{method} {path}: {body}");
+        assert_eq!(body["kind"], "Status", "{method} {path}: {body}");
+        assert_eq!(body["code"], want, "{method} {path}: {body}");
+        let msg = body["message"].as_str().unwrap_or("");
+        assert!(
+            !msg.is_empty() && !msg.contains('\n'),
+            "{method} {path}: {body}"
+        );
+    }
+    let big = format!(
+        "{{\"metadata\":{{\"name\":\"x\"}},\"data\":\"{}\"}}",
+        "a".repeat(4 * 1024 * 1024)
+    );
+    let (code, _, _) = raw(
+        &client,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some("application/json"),
+        &big,
+    )
+    .await;
+    assert_eq!(code, 413);
+    assert_eq!(
+        srv.with_store(|s| s.resource_version()),
+        rv,
+        "a bad request wrote"
+    );
+    Api::<Node>::all(client).get("worker-1").await.unwrap();
+}
