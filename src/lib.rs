@@ -19,6 +19,7 @@ pub mod host;
 pub mod hostio;
 pub mod init;
 pub mod metrics;
+pub mod nodestatus;
 pub mod observe;
 pub mod output;
 pub mod probe;
