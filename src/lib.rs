@@ -18,6 +18,7 @@ pub mod fleet;
 pub mod host;
 pub mod hostio;
 pub mod init;
+pub mod kube;
 pub mod metrics;
 pub mod nodestatus;
 pub mod observe;
