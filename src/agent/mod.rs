@@ -326,7 +326,10 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
         .node_writer
         .as_ref()
         .map(|_| Arc::new(writer::Stats::default()));
-    if let (Some(w), Some(stats)) = (conf.node_writer.clone(), writer_stats.clone()) {
+    if let (Some(mut w), Some(stats)) = (conf.node_writer.clone(), writer_stats.clone()) {
+        // What the node is judged against, in the desired-state library's
+        // form, so the readiness gate can compare it with its pool's.
+        w.desired_annotation = Some(crate::desired::to_annotation(&desired)?);
         tokio::spawn(writer::run(w, svc.clone(), stats, shutdown_rx.clone()));
     }
     // Ends with the runtime; the reloader with this handle.

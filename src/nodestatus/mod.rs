@@ -29,4 +29,4 @@ pub const OWNED_LABELS_ANNOTATION: &str = "sandbox-readiness.io/owned-labels";
 
 /// The annotation holding the desired state the node was judged against
 /// (written and parsed by the desired-state library).
-pub const DESIRED_ANNOTATION: &str = "sandbox-readiness.io/desired";
+pub const DESIRED_ANNOTATION: &str = crate::desired::ANNOTATION;

@@ -12,7 +12,11 @@ use crate::resources::ResourceType;
 
 /// Does the Accept header ask for a Table?
 pub fn wants_table(accept: Option<&str>) -> bool {
-    accept.is_some_and(|a| a.split(',').next().is_some_and(|first| first.contains("as=Table")))
+    accept.is_some_and(|a| {
+        a.split(',')
+            .next()
+            .is_some_and(|first| first.contains("as=Table"))
+    })
 }
 
 /// kubectl's `duration.HumanDuration` (k8s.io/apimachinery `pkg/util/duration`).
@@ -36,7 +40,9 @@ pub fn human_duration(d: Duration) -> String {
 }
 
 fn age(obj: &Value) -> String {
-    let ts = obj.pointer("/metadata/creationTimestamp").and_then(Value::as_str);
+    let ts = obj
+        .pointer("/metadata/creationTimestamp")
+        .and_then(Value::as_str);
     match ts.and_then(|t| humantime::parse_rfc3339(t).ok()) {
         Some(t) => human_duration(SystemTime::now().duration_since(t).unwrap_or_default()),
         None => "<unknown>".to_string(),
@@ -47,7 +53,10 @@ fn node_status(obj: &Value) -> String {
     let ready = obj
         .pointer("/status/conditions")
         .and_then(Value::as_array)
-        .and_then(|cs| cs.iter().find(|c| c.get("type").and_then(Value::as_str) == Some("Ready")))
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c.get("type").and_then(Value::as_str) == Some("Ready"))
+        })
         .and_then(|c| c.get("status").and_then(Value::as_str));
     let mut s = match ready {
         Some("True") => "Ready".to_string(),
@@ -96,7 +105,12 @@ fn row_object(obj: &Value, include: &str) -> Value {
 }
 
 /// A Table of `items`; `include` is the `includeObject` parameter.
-pub fn table(rt: &ResourceType, items: &[Value], resource_version: Option<u64>, include: &str) -> Value {
+pub fn table(
+    rt: &ResourceType,
+    items: &[Value],
+    resource_version: Option<u64>,
+    include: &str,
+) -> Value {
     let node = rt.group.is_empty() && rt.plural == "nodes";
     let columns = if node {
         vec![
@@ -122,7 +136,9 @@ pub fn table(rt: &ResourceType, items: &[Value], resource_version: Option<u64>, 
                     node_status(o),
                     node_roles(o),
                     age(o),
-                    o.pointer("/status/nodeInfo/kubeletVersion").and_then(Value::as_str).unwrap_or("")
+                    o.pointer("/status/nodeInfo/kubeletVersion")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
                 ])
             } else {
                 json!([name, age(o)])
@@ -151,7 +167,9 @@ mod tests {
 
     #[test]
     fn accept_header() {
-        assert!(wants_table(Some("application/json;as=Table;v=v1;g=meta.k8s.io,application/json")));
+        assert!(wants_table(Some(
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+        )));
         assert!(!wants_table(Some("application/json")));
         assert!(!wants_table(None));
     }
