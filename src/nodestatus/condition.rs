@@ -199,7 +199,7 @@ pub fn find<'a>(conditions: &'a [NodeCondition], type_: &str) -> Option<&'a Node
 /// prefix, `/`, a name of at most 63 characters), as `kubectl wait
 /// --for=condition=…` and a MachineHealthCheck accept it.
 pub fn validate_type(t: &str) -> Result<(), String> {
-    crate::nodestatus::labels::validate_qualified_name(t).map_err(|why| {
+    crate::nodestatus::validate_qualified_name(t).map_err(|why| {
         format!(
             "condition type {:?} is invalid: {why}",
             text::clean_capped(t, 80)

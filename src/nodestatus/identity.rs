@@ -159,7 +159,8 @@ mod tests {
 
     #[test]
     fn node_names() {
-        let cases: Vec<(Option<&str>, Option<&str>, Result<&str, &str>)> = vec![
+        type Case<'a> = (Option<&'a str>, Option<&'a str>, Result<&'a str, &'a str>);
+        let cases: Vec<Case> = vec![
             (Some("worker-1"), None, Ok("worker-1")),
             // The flag wins: the API server refuses a mismatch (403), and the agent says so.
             (

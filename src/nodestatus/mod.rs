@@ -30,3 +30,49 @@ pub const OWNED_LABELS_ANNOTATION: &str = "sandbox-readiness.io/owned-labels";
 /// The annotation holding the desired state the node was judged against
 /// (written and parsed by the desired-state library).
 pub const DESIRED_ANNOTATION: &str = crate::desired::ANNOTATION;
+
+/// The label name rule (the part after the prefix): at most 63
+/// characters, alphanumeric at both ends, `-`, `_`, `.` and alphanumerics
+/// between (apimachinery `validation.IsQualifiedName`).
+pub(crate) fn validate_name_part(n: &str) -> Result<(), String> {
+    if n.is_empty() {
+        return Err("the name is empty".into());
+    }
+    if n.len() > 63 {
+        return Err(format!("the name is {} characters, at most 63", n.len()));
+    }
+    let alnum = |c: char| c.is_ascii_alphanumeric();
+    let first_last = n.chars().next().is_some_and(alnum) && n.chars().last().is_some_and(alnum);
+    if !first_last || !n.chars().all(|c| alnum(c) || matches!(c, '-' | '_' | '.')) {
+        return Err("a name must start and end with a letter or digit and hold only letters, digits, '-', '_' and '.'".into());
+    }
+    Ok(())
+}
+
+/// A DNS subdomain (a qualified name's prefix): at most 253 characters of
+/// lowercase DNS labels.
+fn validate_prefix(p: &str) -> Result<(), String> {
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if p.is_empty() || p.len() > 253 || !p.split('.').all(label_ok) {
+        return Err(format!("the prefix {p:?} is not a DNS subdomain"));
+    }
+    Ok(())
+}
+
+/// `[prefix/]name`, as label keys and condition types are.
+pub fn validate_qualified_name(s: &str) -> Result<(), String> {
+    match s.split_once('/') {
+        Some((prefix, name)) => {
+            validate_prefix(prefix)?;
+            validate_name_part(name)
+        }
+        None => validate_name_part(s),
+    }
+}
