@@ -244,7 +244,7 @@ impl From<ApiError> for Reply {
     }
 }
 
-fn header<'a>(req: &'a Request<Incoming>, name: http::header::HeaderName) -> Option<&'a str> {
+fn header(req: &Request<Incoming>, name: http::header::HeaderName) -> Option<&str> {
     req.headers().get(name).and_then(|v| v.to_str().ok())
 }
 
@@ -534,6 +534,11 @@ fn resource(
     let version = rp.version.clone();
     let include = q.get("includeObject").unwrap_or("Metadata").to_string();
     let table = table::wants_table(accept);
+    let printer_columns = inner
+        .crds
+        .kind(&rt.group, &rt.kind)
+        .and_then(|k| k.version(&version))
+        .map(|v| v.printer_columns.clone());
 
     // Admission (NodeRestriction for node identities on Nodes) and CRD
     // validation, on the final object of a write.
@@ -570,7 +575,10 @@ fn resource(
             };
             let obj = at_version(&rt, &version, obj);
             if table {
-                return Ok(Reply::Json(200, table::table(&rt, &[obj], None, &include)));
+                return Ok(Reply::Json(
+                    200,
+                    table::table(&rt, &[obj], None, &include, printer_columns.as_deref()),
+                ));
             }
             Ok(Reply::Json(200, obj))
         }
@@ -585,7 +593,7 @@ fn resource(
             if table {
                 return Ok(Reply::Json(
                     200,
-                    table::table(&rt, &items, Some(rv), &include),
+                    table::table(&rt, &items, Some(rv), &include, printer_columns.as_deref()),
                 ));
             }
             Ok(Reply::Json(

@@ -636,3 +636,127 @@ impl Store {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::CrdSet;
+
+    fn store() -> Store {
+        let crds = CrdSet::upstream_shared().unwrap();
+        Store::new(Arc::new(Registry::new(crds, None)))
+    }
+
+    fn machine(name: &str) -> Value {
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+               "metadata": {"name": name, "namespace": "default"},
+               "spec": {"clusterName": "c1"}, "status": {"phase": "Pending"}})
+    }
+
+    #[test]
+    fn one_counter_for_every_write_and_no_write_for_no_change() {
+        let mut s = store();
+        let a = s
+            .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a"}}))
+            .unwrap();
+        let b = s.create(json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "a", "namespace": "kube-node-lease"}})).unwrap();
+        let rv = |o: &Value| {
+            o["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        };
+        assert_eq!(rv(&b), rv(&a) + 1);
+        assert_eq!(s.resource_version(), rv(&b));
+        let same = s.put(a.clone()).unwrap();
+        assert_eq!(rv(&same), rv(&a), "an unchanged object was written");
+        assert_eq!(s.resource_version(), rv(&b));
+        let mut stale = a.clone();
+        stale["metadata"]["labels"] = json!({"x": "y"});
+        s.put(stale.clone()).unwrap();
+        let e = s.put(stale).unwrap_err();
+        assert_eq!(e.code, 409);
+    }
+
+    #[test]
+    fn generation_counts_spec_changes_of_custom_resources() {
+        let mut s = store();
+        let m = s.create(machine("m")).unwrap();
+        assert_eq!(m["metadata"]["generation"], 1);
+        assert_eq!(m["status"]["phase"], "Pending", "a test seeds status");
+        let mut m2 = m.clone();
+        m2["status"]["phase"] = json!("Running");
+        m2["metadata"]["labels"] = json!({"a": "b"});
+        let m2 = s.put(m2).unwrap();
+        assert_eq!(m2["metadata"]["generation"], 1);
+        let mut m3 = m2.clone();
+        m3["spec"]["clusterName"] = json!("c2");
+        assert_eq!(s.put(m3).unwrap()["metadata"]["generation"], 2);
+    }
+
+    #[test]
+    fn finalizers_hold_a_deletion() {
+        let mut s = store();
+        let mut m = machine("m");
+        m["metadata"]["finalizers"] = json!(["example.com/f"]);
+        s.create(m).unwrap();
+        let d = s
+            .delete("cluster.x-k8s.io/v1beta2", "Machine", "default", "m")
+            .unwrap();
+        assert!(d["metadata"]["deletionTimestamp"].is_string());
+        let mut held = s
+            .get("cluster.x-k8s.io/v1beta2", "Machine", "default", "m")
+            .unwrap();
+        held["metadata"]["finalizers"] = json!([]);
+        s.put(held).unwrap();
+        assert!(s
+            .get("cluster.x-k8s.io/v1beta2", "Machine", "default", "m")
+            .is_none());
+        let kinds: Vec<EventType> = s.changes_since(0).unwrap().iter().map(|c| c.kind).collect();
+        assert_eq!(
+            kinds,
+            [EventType::Added, EventType::Modified, EventType::Deleted]
+        );
+    }
+
+    #[test]
+    fn compaction_expires_older_resource_versions() {
+        let mut s = store();
+        s.create(machine("a")).unwrap();
+        let before = s.resource_version();
+        s.create(machine("b")).unwrap();
+        assert_eq!(s.changes_since(before).unwrap().len(), 1);
+        s.compact();
+        assert_eq!(s.changes_since(before).err(), Some(s.resource_version()));
+        assert!(s.changes_since(s.resource_version()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn bad_writes_change_nothing() {
+        let mut s = store();
+        let rv = s.resource_version();
+        assert_eq!(
+            s.create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {}}))
+                .unwrap_err()
+                .code,
+            422
+        );
+        assert_eq!(
+            s.create(json!({"apiVersion": "v9", "kind": "Nope"}))
+                .unwrap_err()
+                .code,
+            400
+        );
+        s.create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a"}}))
+            .unwrap();
+        let e = s
+            .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a"}}))
+            .unwrap_err();
+        assert_eq!(
+            (e.code, e.body["message"].as_str().unwrap()),
+            (409, "nodes \"a\" already exists")
+        );
+        assert_eq!(s.resource_version(), rv + 1);
+    }
+}

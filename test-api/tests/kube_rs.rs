@@ -2,6 +2,8 @@
 //! list/watch/patch, the semantics a controller depends on (conflicts,
 //! generation, subresources, expiry), and a kube_runtime watcher that
 //! survives a 410 and a server restart.
+// Tests: a failed unwrap is a failed test with its reason.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 mod common;
 
 use std::time::{Duration, Instant};

@@ -1,6 +1,8 @@
 //! kubectl v1.32 as the operator, against the test API server: its exit codes
 //! and output are what a real cluster gives (checked against kubectl's own
 //! printing and error paths), through a node certificate and an admin token.
+// Tests: a failed unwrap is a failed test with its reason.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 mod common;
 
 use std::time::Duration;
@@ -588,4 +590,53 @@ async fn wait_for_a_machine_condition() {
             "True",
         )
     });
+}
+
+#[tokio::test]
+async fn get_machines_with_the_crd_printer_columns() {
+    let srv = server().await;
+    let mut m = machine("default", "m1");
+    m["status"] = serde_json::json!({
+        "phase": "Running", "nodeRef": {"name": "worker-1"},
+        "conditions": [{"type": "Ready", "status": "True", "reason": "R", "message": "", "lastTransitionTime": "2026-12-01T00:00:00Z"}]
+    });
+    srv.create(m).unwrap();
+    let k = Kube::new();
+    // The released v1beta2 CRD's additionalPrinterColumns (priority 0 only
+    // without -o wide), cells by their JSONPath, absent values blank.
+    let out = kubectl(&k.admin(&srv), &["get", "machines.cluster.x-k8s.io"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(
+        lines[0].split_whitespace().collect::<Vec<_>>(),
+        [
+            "NAME",
+            "CLUSTER",
+            "NODE",
+            "NAME",
+            "READY",
+            "AVAILABLE",
+            "UP-TO-DATE",
+            "PHASE",
+            "AGE",
+            "VERSION"
+        ],
+        "{out:?}"
+    );
+    let cells: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(
+        &cells[..5],
+        ["m1", "c1", "worker-1", "True", "Running"],
+        "{out:?}"
+    );
+    assert!(cells[5].ends_with('s'), "{out:?}");
+    let out = kubectl(
+        &k.admin(&srv),
+        &["get", "machines.cluster.x-k8s.io", "-o", "wide"],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stdout.lines().next().unwrap().contains(" PROVIDER ID "),
+        "{out:?}"
+    );
 }
