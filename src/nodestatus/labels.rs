@@ -225,7 +225,13 @@ mod tests {
         let ready = report(GvisorReadiness::Ready);
         let not_ready = report(GvisorReadiness::NotReady);
         let unknown = report(GvisorReadiness::Unknown);
-        type Case<'a> = (&'a str, Option<&'a Report>, Option<Verdict>, &'a str, HandlerState);
+        type Case<'a> = (
+            &'a str,
+            Option<&'a Report>,
+            Option<Verdict>,
+            &'a str,
+            HandlerState,
+        );
         let cases: Vec<Case> = vec![
             ("no verdict yet", None, None, "runsc", Unknown),
             (
