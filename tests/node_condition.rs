@@ -185,7 +185,16 @@ fn the_condition_follows_the_limit_and_kubectl_waits_for_it() {
         "{cond}"
     );
     assert_eq!(c.condition("worker-1", "Ready").unwrap(), ready_before);
-    // The desired-state annotation, in the library's form.
+    // The desired-state annotation, in the library's form (written right
+    // after the condition).
+    wait_until(
+        Duration::from_secs(5),
+        "the desired-state annotation",
+        || {
+            c.node("worker-1")["metadata"]["annotations"]["sandbox-readiness.io/desired"]
+                .is_string()
+        },
+    );
     let ann = c.node("worker-1")["metadata"]["annotations"]["sandbox-readiness.io/desired"]
         .as_str()
         .unwrap()
