@@ -170,11 +170,16 @@ fn the_condition_follows_the_limit_and_kubectl_waits_for_it() {
     c.register("worker-1", &boot_id());
     let ready_before = c.condition("worker-1", "Ready").unwrap();
     let (kc, _) = c.kubelet_kubeconfig("worker-1", "kubelet");
+    let exec = Instant::now();
     let agent = writer_agent(0, &kc, &["--sysctl", LIMIT_OK, "--require-userns"]);
 
     wait_until(Duration::from_secs(20), "condition False", || {
         c.status_of("worker-1").as_deref() == Some("False")
     });
+    eprintln!(
+        "serve exec → first condition on the Node: {:?}",
+        exec.elapsed()
+    );
     let cond = c.condition("worker-1", TYPE).unwrap();
     assert_eq!(cond["reason"], "SysctlMismatch", "{cond}");
     assert!(
