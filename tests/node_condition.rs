@@ -605,3 +605,37 @@ fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
         .map(|(_, b)| b.to_string())
         .unwrap_or(raw)
 }
+
+#[test]
+fn a_hung_api_server_delays_neither_answers_nor_sigterm() {
+    let c = Cluster::new();
+    c.register("worker-1", &boot_id());
+    let (kc, _) = c.kubelet_kubeconfig("worker-1", "kubelet");
+    c.srv.faults().hung();
+    let mut agent = writer_agent(11255, &kc, &["--sysctl", LIMIT_OK]);
+    // The writer waits on the API server; the agent answers at once.
+    let asked = Instant::now();
+    let run = common::check(
+        &common::args(&["-n", &agent.addr.to_string(), "--sysctl", LIMIT_OK]),
+        Duration::from_secs(10),
+    );
+    assert_eq!(run.code(), 0, "{run:?}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(c.status_of("worker-1"), None);
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(agent.pid()).unwrap());
+    let sent = Instant::now();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    wait_until(Duration::from_secs(5), "the agent exits on SIGTERM", || {
+        agent.child.try_wait().unwrap().is_some()
+    });
+    assert!(
+        sent.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        sent.elapsed()
+    );
+    assert!(agent.child.try_wait().unwrap().unwrap().success());
+}
