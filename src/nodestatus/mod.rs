@@ -13,6 +13,7 @@ pub mod condition;
 pub mod identity;
 pub mod labels;
 pub mod patch;
+pub mod read;
 
 /// The prefix of every label and annotation the agent owns.
 pub const PREFIX: &str = "sandbox-readiness.io/";
