@@ -13,12 +13,15 @@
 //! that is the binary's CLI layer.
 
 pub mod agent;
+pub mod desired;
 pub mod evaluate;
 pub mod fleet;
 pub mod host;
 pub mod hostio;
 pub mod init;
+pub mod kube;
 pub mod metrics;
+pub mod nodestatus;
 pub mod observe;
 pub mod output;
 pub mod probe;

@@ -291,3 +291,36 @@ fn every_family_is_declared_once_before_its_samples() {
         }
     }
 }
+
+#[test]
+fn the_node_writer_families_appear_only_with_the_writer() {
+    let none = render(
+        &report("1"),
+        &DesiredState::default(),
+        &AgentStats::default(),
+    );
+    assert!(!none.contains("node_write"), "{none}");
+    let stats = AgentStats {
+        node_writer: Some(crate::metrics::NodeWriterStats {
+            writes: 3,
+            failures: vec![("forbidden", 2), ("timeout", 1)],
+            last_success: Some(1_764_633_600.0),
+        }),
+        ..AgentStats::default()
+    };
+    let text = render(&report("1"), &DesiredState::default(), &stats);
+    let g = |s: &str| value(&text, &format!("{PREFIX}{s}"));
+    assert_eq!(g("node_writes_total").as_deref(), Some("3"));
+    assert_eq!(
+        g("node_write_failures_total{reason=\"forbidden\"}").as_deref(),
+        Some("2")
+    );
+    assert_eq!(
+        g("node_write_failures_total{reason=\"timeout\"}").as_deref(),
+        Some("1")
+    );
+    assert!(
+        g("node_last_write_success_timestamp_seconds").is_some(),
+        "{text}"
+    );
+}
