@@ -13,6 +13,7 @@
 //! that is the binary's CLI layer.
 
 pub mod agent;
+pub mod desired;
 pub mod evaluate;
 pub mod fleet;
 pub mod host;
