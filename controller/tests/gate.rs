@@ -4,6 +4,8 @@
 //! writer playing Cluster API's Machine controller, kubectl waiting on the
 //! condition, and Cluster API < 1.11 refused.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::time::Duration;
