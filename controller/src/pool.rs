@@ -61,7 +61,7 @@ impl Cache {
             _ => {}
         }
         let api: Api<Secret> = Api::namespaced(mgmt.clone(), namespace);
-        let pool = match api.get_opt(name).await {
+        let pool = match crate::run::timed(api.get_opt(name)).await {
             Ok(Some(s)) => {
                 match s
                     .data

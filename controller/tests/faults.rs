@@ -164,3 +164,35 @@ async fn a_killed_and_restarted_controller_does_not_flap() {
         "lastTransitionTime moved"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_workload_credential_is_read_again_on_a_401() {
+    let env = Env::start().await;
+    let old = env.wl.client_cert("capi-admin", &["system:masters"]);
+    let mut s = env.mgmt.get("v1", "Secret", NS, "c1-kubeconfig").unwrap();
+    s["data"]["value"] = serde_json::json!(b64(&env.wl.kubeconfig_inline(&old)));
+    env.mgmt.put(s).unwrap();
+    ready_machine(&env).await;
+    // A Secret resync far away: only the 401 can make it read again.
+    let ctl = env.controller(&["--secret-resync", "10m"]);
+    env.wait_status("m1", "True", Duration::from_secs(20)).await;
+    // The control plane rotates the credential and restarts.
+    let new = env.wl.client_cert("capi-admin", &["system:masters"]);
+    let mut s = env.mgmt.get("v1", "Secret", NS, "c1-kubeconfig").unwrap();
+    s["data"]["value"] = serde_json::json!(b64(&env.wl.kubeconfig_inline(&new)));
+    env.mgmt.put(s).unwrap();
+    env.wl.revoke(old.serial);
+    env.wl.restart().await.unwrap();
+    env.agent_writes("w1", "False", "SysctlMismatch", &[SYSCTL]);
+    let took = env
+        .wait_status("m1", "False", Duration::from_secs(15))
+        .await;
+    eprintln!("rotated credential picked up; the Node's change reached the Machine in {took:?}");
+    let refused = env.wl.requests().iter().filter(|r| r.status == 401).count();
+    assert!(refused >= 1, "the old credential was never refused");
+    let log = ctl.log();
+    assert!(
+        !log.contains("BEGIN") && !log.contains("PRIVATE KEY"),
+        "{log}"
+    );
+}
