@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The project's test command: installs what the tests need, runs the lints,
-# then the tests in three tiers, in this order:
+# then the tests in four tiers, in this order:
 #   unit         no root, nothing on the host changed: the library's and the
 #                binary's own tests, property tests of the parsers, fixture
 #                trees, TLS in-process over loopback
+#   api          the test API server (the test-api crate, `cargo test -p
+#                test-api`): its own tests, kubectl v1.32 and kube-rs against
+#                it on loopback, the kubectl patch oracle (no root)
 #   integration  the real kernel (user namespaces), private containerds
 #                (Debian's 1.6 and sid's 2.1), runsc sandboxes, real agents
 #                and `check` over sockets (root)
@@ -123,6 +126,7 @@ echo "== fmt"
 cargo fmt --all -- --check
 echo "== clippy"
 cargo clippy --all-targets --locked -- -D warnings
+cargo clippy -p test-api --all-targets --locked -- -D warnings
 # The shipped build: the static musl target, without the tests.
 cargo clippy --locked --target x86_64-unknown-linux-musl --lib --bins -- -D warnings
 echo "== docs"
@@ -134,6 +138,9 @@ python3 scripts/modgraph.py src
 
 mapfile -t args < <(test_args "${unit_tests[@]}")
 run_tier unit --lib --bins "${args[@]}"
+
+# Every test of the test-api crate (its tests/ are not the node crate's tiers).
+run_tier api -p test-api
 
 mapfile -t args < <(test_args "${integration_tests[@]}")
 run_tier integration "${args[@]}"
