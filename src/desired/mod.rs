@@ -19,6 +19,7 @@
 pub mod annotation;
 pub mod covers;
 pub mod env;
+pub mod findings;
 pub mod pool;
 pub mod talos;
 pub mod yaml;

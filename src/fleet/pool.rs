@@ -227,6 +227,45 @@ impl PoolState {
         changes
     }
 
+    /// Judges every report held again against a new desired state (each
+    /// report is what its agent last said; the new question is ours).
+    /// Returns the nodes whose verdict line changed.
+    pub fn rejudge(&mut self, desired: &crate::proto::v1::DesiredState) -> Vec<Change> {
+        let mut changes = Vec::new();
+        for entry in self.entries.values_mut() {
+            let NodeStatus::Answered(old) = &entry.status else {
+                continue;
+            };
+            let new = Answer::judge(desired, old.report.clone(), None);
+            let line = |a: &Answer| {
+                (
+                    a.verdict.converged,
+                    first_finding(&a.verdict).map(|f| f.message.clone()),
+                )
+            };
+            if line(old) != line(&new) {
+                let name = entry.node.name.clone();
+                changes.push(if new.verdict.converged {
+                    Change::Converged { name }
+                } else {
+                    Change::NotConverged {
+                        name,
+                        reason: node_reason(&Ok(new.clone())),
+                    }
+                });
+            }
+            entry.status = NodeStatus::Answered(Box::new(new));
+        }
+        changes
+    }
+
+    /// The watcher for `key` was replaced: only the new one's events count.
+    pub(crate) fn set_epoch(&mut self, key: &str, epoch: u64) {
+        if let Some(e) = self.entries.get_mut(key) {
+            e.epoch = epoch;
+        }
+    }
+
     pub fn counts(&self) -> Counts {
         let mut c = Counts {
             total: self.entries.len(),
@@ -253,6 +292,10 @@ impl PoolState {
 
     pub fn entries(&self) -> impl Iterator<Item = &Entry> {
         self.entries.values()
+    }
+
+    pub(crate) fn entries_with_keys(&self) -> impl Iterator<Item = (&String, &Entry)> {
+        self.entries.iter()
     }
 
     /// One result per node, as [`Client::check_nodes`](super::client::Client::check_nodes) would give.
