@@ -184,7 +184,9 @@ pub async fn run(args: CheckArgs) -> Outcome {
             }
         }
     };
-    let desired = pool.as_ref().map_or_else(|| intent.clone(), |c| c.desired.clone());
+    let desired = pool
+        .as_ref()
+        .map_or_else(|| intent.clone(), |c| c.desired.clone());
     if let Err(e) = sandbox_readiness::evaluate::validate(&desired) {
         return Outcome::failed(WHO, e);
     }
@@ -223,7 +225,10 @@ fn desired_source(args: &CheckArgs) -> Result<Option<source::DocSource>, String>
     if src.as_ref().is_some_and(source::DocSource::is_stdin)
         && (stdin(&args.kube_nodes) || stdin(&args.expect_from))
     {
-        return Err("only one of --kube-nodes, --expect-from and --desired-from can read stdin ('-')".into());
+        return Err(
+            "only one of --kube-nodes, --expect-from and --desired-from can read stdin ('-')"
+                .into(),
+        );
     }
     Ok(src)
 }
@@ -469,7 +474,10 @@ async fn run_wait(run: &Run<'_>, plan: Plan, limit: Duration) -> Outcome {
         None => (None, None),
     };
     // The pool's configuration, re-read like the expected count (stdin once).
-    let desired_src = desired_source(args).ok().flatten().filter(|s| !s.is_stdin());
+    let desired_src = desired_source(args)
+        .ok()
+        .flatten()
+        .filter(|s| !s.is_stdin());
     let (mut desired_rx, desired_task) = match desired_src {
         Some(src) => {
             let (limit, name) = (args.nodes_cmd_timeout, args.desired_name.clone());

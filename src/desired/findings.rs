@@ -125,9 +125,10 @@ pub fn combine(intent: &DesiredState, pool: &PoolDesired) -> Combined {
                     .rev()
                     .find(|s| s.name == u.key)
                     .map_or("nothing".to_string(), |s| s.value.clone());
-                let src = pool.sysctls.get(&u.key).map_or(String::new(), |s| {
-                    format!(" ({})", s.source)
-                });
+                let src = pool
+                    .sysctls
+                    .get(&u.key)
+                    .map_or(String::new(), |s| format!(" ({})", s.source));
                 findings.push(PoolFinding {
                     code: AGENT_DESIRED_DIFFERS,
                     key: u.key.clone(),
@@ -199,7 +200,11 @@ mod tests {
         );
 
         let c = combine(&intent("65536"), &pool);
-        assert_eq!(c.desired.sysctls, intent("65536").sysctls, "the verdict uses the intent");
+        assert_eq!(
+            c.desired.sysctls,
+            intent("65536").sysctls,
+            "the verdict uses the intent"
+        );
         assert_eq!(c.findings.len(), 1);
         assert_eq!(c.findings[0].code, TEMPLATE_DISAGREES);
         assert_eq!(
@@ -207,18 +212,40 @@ mod tests {
             "user.max_user_namespaces: --sysctl says 65536, TalosConfigTemplate tenant-a/kubernetes-tenant-a-md0 sets 11255 (data (machine.sysctls)): new Machines will not get 65536; a TalosConfigTemplate's spec is immutable: create a new template and point the MachineDeployment at it"
         );
 
-        let lacking = parse(&COZY.replace("user.max_user_namespaces: \"11255\" # added", "vm.swappiness: 1"), "f", None).unwrap();
+        let lacking = parse(
+            &COZY.replace(
+                "user.max_user_namespaces: \"11255\" # added",
+                "vm.swappiness: 1",
+            ),
+            "f",
+            None,
+        )
+        .unwrap();
         let c = combine(&intent("11255"), &lacking);
         let codes: Vec<&str> = c.findings.iter().map(|f| f.code).collect();
         assert_eq!(codes, [TEMPLATE_DISAGREES, AGENT_DESIRED_DIFFERS]);
-        assert!(c.findings[0].message.contains("does not set it (not set: Talos's hardening default applies (0))"), "{}", c.findings[0].message);
+        assert!(
+            c.findings[0]
+                .message
+                .contains("does not set it (not set: Talos's hardening default applies (0))"),
+            "{}",
+            c.findings[0].message
+        );
         assert_eq!(
             c.findings[1].message,
             "vm.swappiness: TalosConfigTemplate tenant-a/kubernetes-tenant-a-md0 sets 1 (data (machine.sysctls)), its ExtensionServiceConfig sandbox-readiness asks the agent for nothing: the agent on those nodes would judge against something else; set SANDBOX_READINESS_SYSCTL=vm.swappiness=1 there"
         );
         let row = c.rows.iter().find(|r| r.key == USERNS_KEY).unwrap();
-        assert_eq!((row.value.as_deref(), row.source.as_str()), (None, "not set: Talos's hardening default applies (0)"));
-        assert_eq!(changes(&combine(&DesiredState::default(), &lacking).rows, &combine(&DesiredState::default(), &pool).rows),
-            ["user.max_user_namespaces 0 → 11255", "vm.swappiness 1 → -"]);
+        assert_eq!(
+            (row.value.as_deref(), row.source.as_str()),
+            (None, "not set: Talos's hardening default applies (0)")
+        );
+        assert_eq!(
+            changes(
+                &combine(&DesiredState::default(), &lacking).rows,
+                &combine(&DesiredState::default(), &pool).rows
+            ),
+            ["user.max_user_namespaces 0 → 11255", "vm.swappiness 1 → -"]
+        );
     }
 }
