@@ -428,6 +428,9 @@ async fn run_wait(run: &Run<'_>, plan: Plan, limit: Duration) -> Outcome {
     for n in listing.notes(None) {
         progress.note(&n, started.elapsed());
     }
+    for f in pool.iter().flat_map(|c| &c.findings) {
+        progress.note(&format!("{} {}", f.code, f.message), started.elapsed());
+    }
 
     let every = args.nodes_cmd_interval;
     let (mut cmd_rx, cmd_task) = match args.nodes_cmd.clone() {

@@ -135,6 +135,36 @@ fn an_add_of_the_whole_map_replaces_it_and_patches_follow_cabpts_order() {
 }
 
 #[test]
+fn a_strategic_patch_may_be_a_json_patch_as_configpatcher_loads_it() {
+    let tc = r#"{"apiVersion":"bootstrap.cluster.x-k8s.io/v1beta1","kind":"TalosConfig",
+      "metadata":{"name":"w"},
+      "spec":{"generateType":"worker","talosVersion":"v1.11",
+        "strategicPatches":["- op: add\n  path: /machine/sysctls\n  value:\n    user.max_user_namespaces: \"11255\"\n"]}}"#;
+    let p = parse(tc, "f", None).unwrap();
+    assert_eq!(
+        rows(&p),
+        [row(
+            "user.max_user_namespaces",
+            "11255",
+            "strategicPatches[0] (machine.sysctls)"
+        )]
+    );
+    // From 1.12 the generated config has several documents: refused.
+    let e = parse(&tc.replace("v1.11", "v1.12"), "f", None).unwrap_err();
+    assert!(e.message.contains("multi-document"), "{e}");
+    // A generated base sets nothing.
+    let mut bare: Value = serde_json::from_str(tc).unwrap();
+    bare["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("strategicPatches");
+    assert!(parse(&bare.to_string(), "f", None)
+        .unwrap()
+        .sysctls
+        .is_empty());
+}
+
+#[test]
 fn bad_input_is_one_line_and_quotes_no_secret() {
     let data_secret = |data: &str| {
         format!(

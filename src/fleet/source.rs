@@ -267,6 +267,39 @@ mod tests {
         assert!(e.starts_with("--expect-from "), "{e}");
     }
 
+    #[tokio::test]
+    async fn the_pools_desired_state_from_a_file_or_a_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("tct.yaml");
+        std::fs::write(
+            &f,
+            include_str!("../../tests/fixtures/desired/cozystack-tct.yaml"),
+        )
+        .unwrap();
+        let limit = Duration::from_secs(5);
+        let p = read_desired(&DocSource::File(f.clone()), None, limit)
+            .await
+            .unwrap();
+        assert_eq!(p.sysctls["user.max_user_namespaces"].value, "11255");
+        let cmd = DocSource::Cmd(format!("cat '{}'", f.display()));
+        assert_eq!(read_desired(&cmd, None, limit).await.unwrap(), p);
+        let e = read_desired(&DocSource::Cmd("echo '[]'".into()), None, limit)
+            .await
+            .unwrap_err();
+        assert!(e.starts_with("--desired-cmd output: "), "{e}");
+        let e = read_desired(&DocSource::File(dir.path().join("absent")), None, limit)
+            .await
+            .unwrap_err();
+        assert!(e.starts_with("--desired-from "), "{e}");
+        let e = read_desired(&DocSource::Cmd("exit 4".into()), None, limit)
+            .await
+            .unwrap_err();
+        assert!(
+            e.starts_with("--desired-cmd failed (exit status: 4)"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn capped_reads() {
         let e = read_capped(Path::new("/nonexistent/x"), "--nodes-file").unwrap_err();
