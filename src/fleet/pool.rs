@@ -356,6 +356,48 @@ mod tests {
     }
 
     #[test]
+    fn a_new_desired_state_judges_the_reports_held_again() {
+        use crate::proto::v1::{DesiredState, Sysctl, SysctlExpectation, SysctlState};
+        let t0 = Instant::now();
+        let mut s = PoolState::new(t0);
+        s.add("k".into(), parse_entry("node-1", 1).unwrap(), 1, t0);
+        let mut a = answer(true, "b1", "");
+        a.report.sysctls = vec![Sysctl {
+            name: "user.max_user_namespaces".into(),
+            value: "11255".into(),
+            state: SysctlState::Present as i32,
+            ..Sysctl::default()
+        }];
+        s.apply(ev("k", 1, EventKind::Answer(a)), t0);
+        let want = |v: &str| DesiredState {
+            sysctls: vec![SysctlExpectation {
+                name: "user.max_user_namespaces".into(),
+                value: v.into(),
+            }],
+            ..DesiredState::default()
+        };
+        let c = s.rejudge(&want("0"));
+        assert!(
+            matches!(&c[..], [Change::NotConverged { reason, .. }] if reason.contains("expected 0")),
+            "{c:?}"
+        );
+        assert!(!s.all_converged());
+        assert_eq!(s.rejudge(&want("0")), []);
+        assert_eq!(
+            s.rejudge(&want("11255")),
+            [Change::Converged {
+                name: "node-1".into()
+            }]
+        );
+        assert!(s.all_converged());
+        // The replaced watcher's events no longer count.
+        s.set_epoch("k", 2);
+        assert!(s
+            .apply(ev("k", 1, EventKind::Answer(answer(false, "b1", "x"))), t0)
+            .is_empty());
+    }
+
+    #[test]
     fn state_reports_only_real_changes() {
         let t0 = Instant::now();
         let mut s = PoolState::new(t0);
