@@ -160,7 +160,6 @@ fn a_template_swapped_by_desired_cmd_midway_is_followed_to_exit_0() {
     write_atomic(&f, "token: MARKER-SECRET-TOKEN\n  broken: [");
     p.stderr()
         .wait_line("(keeping the last desired state)", LIMIT);
-    std::thread::sleep(Duration::from_millis(1000));
     // The new template (a new name in a real pool; the same command here).
     write_atomic(&f, &template(11255));
     p.stderr()
