@@ -176,21 +176,36 @@ async fn a_node_that_does_not_check_its_pools_sysctls_is_desired_state_not_check
     // The agent told the pool's value: True.
     env.agent_writes("w1", "True", "Converged", &[SYSCTL]);
     env.wait_status("m1", "True", Duration::from_secs(3)).await;
-    // A Node with no annotation at all.
+    // A Node with no annotation at all (an agent that writes none; its
+    // condition older than the moment between the agent's two writes).
+    env.agent_writes_at(
+        "w2",
+        "True",
+        "Converged",
+        &[("user.max_user_namespaces", "1")],
+        &ago(Duration::from_secs(20)),
+    );
     let mut n = env.wl.get("v1", "Node", "", "w2").unwrap();
     n["metadata"]["annotations"]
         .as_object_mut()
         .unwrap()
         .remove("sandbox-readiness.io/desired");
     env.wl.put(n).unwrap();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    let start = std::time::Instant::now();
+    while !env.condition("m2").unwrap().2.contains("annotation") {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            env.condition("m2")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let c = env.condition("m2").unwrap();
     assert_eq!(
         (c.0.as_str(), c.1.as_str()),
         ("False", "DesiredStateNotChecked"),
         "{c:?}"
     );
-    assert!(c.2.contains("annotation"), "{c:?}");
     no_secret_in(&ctl.log());
 }
 
