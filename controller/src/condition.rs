@@ -1,0 +1,552 @@
+//! What the Machine's gate condition should say, from what the controller
+//! sees of its Node. Pure: every input is a value, the clock is a parameter.
+//!
+//! The rules (issue 22), in the order they are applied:
+//! - no `status.nodeRef` → `Unknown` / `NodeNotYetAssigned`;
+//! - the workload cluster's Nodes not read since the controller started →
+//!   the Machine's existing condition is kept (a restart or an outage never
+//!   flaps a working Machine) until `--stale-after` has passed, then
+//!   `Unknown` / `ConditionStale`; with no existing condition,
+//!   `Unknown` / `ConditionNotYetReported`;
+//! - no such Node, or the Node has no condition of the type →
+//!   `Unknown` / `ConditionNotYetReported`;
+//! - the Node condition's heartbeat older than `--stale-after` →
+//!   `Unknown` / `ConditionStale` (the agent's heartbeat is 5 min);
+//! - the Node says `False` or `Unknown` → the same, with its reason;
+//! - the Node says `True` but its `sandbox-readiness.io/desired`
+//!   annotation does not cover the machine config the node booted with →
+//!   `False` / `DesiredStateNotChecked`, naming the keys;
+//! - else `True`.
+//!
+//! Every verdict has a reason: Cluster API's v1beta2 CRD schema requires
+//! one on every condition (`metav1.Condition.reason`, minLength 1).
+
+use std::time::{Duration, SystemTime};
+
+/// A condition's status, as `metav1.Condition.status` spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    True,
+    False,
+    Unknown,
+}
+
+impl Status {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Status::True => "True",
+            Status::False => "False",
+            Status::Unknown => "Unknown",
+        }
+    }
+
+    /// `None` for anything but the three words (a malformed condition).
+    pub fn parse(s: &str) -> Option<Status> {
+        match s {
+            "True" => Some(Status::True),
+            "False" => Some(Status::False),
+            "Unknown" => Some(Status::Unknown),
+            _ => None,
+        }
+    }
+}
+
+pub const NODE_NOT_YET_ASSIGNED: &str = "NodeNotYetAssigned";
+pub const CONDITION_NOT_YET_REPORTED: &str = "ConditionNotYetReported";
+pub const CONDITION_STALE: &str = "ConditionStale";
+pub const DESIRED_STATE_NOT_CHECKED: &str = "DesiredStateNotChecked";
+/// Reasons used when the Node's own condition carries none (the agent
+/// always writes one; another writer might not).
+pub const NODE_READY_FALLBACK: &str = "NodeSandboxReady";
+pub const NODE_NOT_READY_FALLBACK: &str = "NodeSandboxNotReady";
+pub const NODE_UNKNOWN_FALLBACK: &str = "NodeSandboxUnknown";
+
+/// The agent writes its condition, then its desired-state annotation: a
+/// True condition this fresh without an annotation is left alone (not
+/// judged `DesiredStateNotChecked` for the moment between the two writes).
+pub const ANNOTATION_GRACE: Duration = Duration::from_secs(10);
+
+/// Longest message written (the schema allows 32768; an Event's note 1 kB).
+pub const MAX_MESSAGE: usize = 1000;
+
+/// The Node's condition of the controller's type, as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeCondition {
+    pub status: Status,
+    pub reason: String,
+    pub message: String,
+    /// `lastHeartbeatTime`, else `lastTransitionTime` (`None`: neither).
+    pub heartbeat: Option<SystemTime>,
+}
+
+/// Whether the node's desired state covers its pool's (the bootstrap-data
+/// Secret's machine config), as far as the controller could tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DesiredCheck {
+    /// Every key the pool sets is in the node's desired state.
+    Covered,
+    /// The keys not covered, each a sentence (`Uncovered`'s Display).
+    Uncovered(Vec<String>),
+    /// The Node carries no `sandbox-readiness.io/desired` annotation.
+    NoAnnotation,
+    /// The annotation or the machine config could not be read: one line,
+    /// never secret text.
+    Unreadable(String),
+    /// The bootstrap Secret could not be fetched for a passing reason (API
+    /// error): keep what the Machine says and retry.
+    NotYetKnown,
+}
+
+/// What the controller sees of a Machine's Node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeSeen {
+    /// The Machine has no `status.nodeRef`.
+    NoNodeRef,
+    /// The workload cluster's Nodes have not been read since `since`
+    /// (controller start, or the first failure to reach it).
+    NotRead { since: SystemTime, why: String },
+    /// The workload cluster was read and has no Node of that name.
+    NoNode { node: String },
+    /// The Node as read.
+    Node {
+        node: String,
+        condition: Option<NodeCondition>,
+        desired: DesiredCheck,
+    },
+}
+
+/// A condition the controller wants on the Machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub status: Status,
+    pub reason: String,
+    pub message: String,
+}
+
+/// What to do with the Machine's condition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Write(Verdict),
+    /// Leave the Machine's condition as it is.
+    Keep,
+}
+
+fn verdict(status: Status, reason: &str, message: String) -> Decision {
+    Decision::Write(Verdict {
+        status,
+        reason: reason.to_string(),
+        message: bound(message),
+    })
+}
+
+/// Cuts a message to [`MAX_MESSAGE`] bytes at a character boundary.
+pub fn bound(mut s: String) -> String {
+    if s.len() > MAX_MESSAGE {
+        let mut cut = MAX_MESSAGE - 3;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str("...");
+    }
+    s
+}
+
+/// A condition reason must match `^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`
+/// (metav1.Condition's validation); a Node's reason that does not is replaced.
+fn valid_reason(r: &str) -> bool {
+    let b = r.as_bytes();
+    !b.is_empty()
+        && b.len() <= 1024
+        && b[0].is_ascii_alphabetic()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b',' | b':'))
+        && !matches!(b[b.len() - 1], b',' | b':')
+}
+
+/// Decides the Machine's condition. `has_condition`: the Machine already
+/// carries a condition of the type (then an unread workload keeps it).
+pub fn decide(
+    seen: &NodeSeen,
+    has_condition: bool,
+    now: SystemTime,
+    stale_after: Duration,
+) -> Decision {
+    match seen {
+        NodeSeen::NoNodeRef => verdict(
+            Status::Unknown,
+            NODE_NOT_YET_ASSIGNED,
+            "the Machine has no Node yet (status.nodeRef is not set)".into(),
+        ),
+        NodeSeen::NotRead { since, why } => {
+            let waited = now.duration_since(*since).unwrap_or_default();
+            if waited < stale_after && has_condition {
+                Decision::Keep
+            } else if waited < stale_after {
+                verdict(
+                    Status::Unknown,
+                    CONDITION_NOT_YET_REPORTED,
+                    format!("the workload cluster's Nodes have not been read yet: {why}"),
+                )
+            } else {
+                verdict(
+                    Status::Unknown,
+                    CONDITION_STALE,
+                    format!(
+                        "the workload cluster's Nodes could not be read for {}: {why}",
+                        humantime::format_duration(round_secs(waited))
+                    ),
+                )
+            }
+        }
+        NodeSeen::NoNode { node } => verdict(
+            Status::Unknown,
+            CONDITION_NOT_YET_REPORTED,
+            format!("Node {node} is not in the workload cluster"),
+        ),
+        NodeSeen::Node {
+            node,
+            condition,
+            desired,
+        } => {
+            let Some(c) = condition else {
+                return verdict(
+                    Status::Unknown,
+                    CONDITION_NOT_YET_REPORTED,
+                    format!("Node {node} has no sandbox readiness condition yet"),
+                );
+            };
+            let age = c
+                .heartbeat
+                .map(|h| now.duration_since(h).unwrap_or_default());
+            match age {
+                Some(a) if a <= stale_after => {}
+                Some(a) => {
+                    return verdict(
+                        Status::Unknown,
+                        CONDITION_STALE,
+                        format!(
+                            "Node {node}'s condition was last written {} ago (more than {})",
+                            humantime::format_duration(round_secs(a)),
+                            humantime::format_duration(stale_after)
+                        ),
+                    )
+                }
+                None => {
+                    return verdict(
+                        Status::Unknown,
+                        CONDITION_STALE,
+                        format!("Node {node}'s condition has no heartbeat time"),
+                    )
+                }
+            }
+            let reason = |fallback: &'static str| {
+                if valid_reason(&c.reason) {
+                    c.reason.clone()
+                } else {
+                    fallback.to_string()
+                }
+            };
+            let message = |m: &str| {
+                if m.is_empty() {
+                    format!("Node {node}")
+                } else {
+                    format!("Node {node}: {m}")
+                }
+            };
+            match c.status {
+                Status::False => verdict(
+                    Status::False,
+                    &reason(NODE_NOT_READY_FALLBACK),
+                    message(&c.message),
+                ),
+                Status::Unknown => verdict(
+                    Status::Unknown,
+                    &reason(NODE_UNKNOWN_FALLBACK),
+                    message(&c.message),
+                ),
+                Status::True => match desired {
+                    DesiredCheck::Covered => verdict(
+                        Status::True,
+                        &reason(NODE_READY_FALLBACK),
+                        message(&c.message),
+                    ),
+                    DesiredCheck::NotYetKnown => Decision::Keep,
+                    DesiredCheck::NoAnnotation if age.is_some_and(|a| a < ANNOTATION_GRACE) => {
+                        Decision::Keep
+                    }
+                    DesiredCheck::NoAnnotation => verdict(
+                        Status::False,
+                        DESIRED_STATE_NOT_CHECKED,
+                        format!(
+                            "Node {node} is ready by its own desired state, but carries no \
+                             sandbox-readiness.io/desired annotation to compare with its pool's"
+                        ),
+                    ),
+                    DesiredCheck::Unreadable(why) => verdict(
+                        Status::False,
+                        DESIRED_STATE_NOT_CHECKED,
+                        format!("Node {node}: its desired state cannot be compared with its pool's: {why}"),
+                    ),
+                    DesiredCheck::Uncovered(keys) => verdict(
+                        Status::False,
+                        DESIRED_STATE_NOT_CHECKED,
+                        format!(
+                            "Node {node} does not check what its pool's machine config sets: {}",
+                            keys.join("; ")
+                        ),
+                    ),
+                },
+            }
+        }
+    }
+}
+
+fn round_secs(d: Duration) -> Duration {
+    Duration::from_secs(d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STALE: Duration = Duration::from_secs(900);
+
+    fn t(s: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + s)
+    }
+
+    fn node(status: Status, reason: &str, hb: Option<u64>, desired: DesiredCheck) -> NodeSeen {
+        NodeSeen::Node {
+            node: "w1".into(),
+            condition: Some(NodeCondition {
+                status,
+                reason: reason.into(),
+                message: "m".into(),
+                heartbeat: hb.map(t),
+            }),
+            desired,
+        }
+    }
+
+    fn w(status: Status, reason: &str) -> Option<(Status, String)> {
+        Some((status, reason.to_string()))
+    }
+
+    #[test]
+    fn table() {
+        use DesiredCheck as D;
+        use Status::*;
+        let now = t(10_000);
+        type Case = (&'static str, NodeSeen, bool, Option<(Status, String)>);
+        let cases: Vec<Case> = vec![
+            (
+                "no nodeRef",
+                NodeSeen::NoNodeRef,
+                true,
+                w(Unknown, NODE_NOT_YET_ASSIGNED),
+            ),
+            (
+                "workload unread, condition kept",
+                NodeSeen::NotRead {
+                    since: t(9_500),
+                    why: "down".into(),
+                },
+                true,
+                None,
+            ),
+            (
+                "workload unread, nothing to keep",
+                NodeSeen::NotRead {
+                    since: t(9_500),
+                    why: "down".into(),
+                },
+                false,
+                w(Unknown, CONDITION_NOT_YET_REPORTED),
+            ),
+            (
+                "workload unread past stale-after",
+                NodeSeen::NotRead {
+                    since: t(9_000 - 900),
+                    why: "down".into(),
+                },
+                true,
+                w(Unknown, CONDITION_STALE),
+            ),
+            (
+                "no Node",
+                NodeSeen::NoNode { node: "w1".into() },
+                true,
+                w(Unknown, CONDITION_NOT_YET_REPORTED),
+            ),
+            (
+                "no condition",
+                NodeSeen::Node {
+                    node: "w1".into(),
+                    condition: None,
+                    desired: D::Covered,
+                },
+                false,
+                w(Unknown, CONDITION_NOT_YET_REPORTED),
+            ),
+            (
+                "true, covered",
+                node(True, "SandboxReady", Some(9_990), D::Covered),
+                false,
+                w(True, "SandboxReady"),
+            ),
+            (
+                "true at exactly stale-after",
+                node(True, "R", Some(10_000 - 900), D::Covered),
+                false,
+                w(True, "R"),
+            ),
+            (
+                "stale heartbeat",
+                node(True, "R", Some(10_000 - 901), D::Covered),
+                true,
+                w(Unknown, CONDITION_STALE),
+            ),
+            (
+                "no heartbeat",
+                node(True, "R", None, D::Covered),
+                true,
+                w(Unknown, CONDITION_STALE),
+            ),
+            (
+                "heartbeat in the future",
+                node(True, "R", Some(10_100), D::Covered),
+                true,
+                w(True, "R"),
+            ),
+            (
+                "false",
+                node(False, "SysctlMismatch", Some(9_990), D::Covered),
+                true,
+                w(False, "SysctlMismatch"),
+            ),
+            (
+                "false wins over uncovered",
+                node(
+                    False,
+                    "SysctlMismatch",
+                    Some(9_990),
+                    D::Uncovered(vec!["k".into()]),
+                ),
+                true,
+                w(False, "SysctlMismatch"),
+            ),
+            (
+                "unknown",
+                node(Unknown, "CanaryNotRun", Some(9_990), D::Covered),
+                true,
+                w(Unknown, "CanaryNotRun"),
+            ),
+            (
+                "false without reason",
+                node(False, "", Some(9_990), D::Covered),
+                true,
+                w(False, NODE_NOT_READY_FALLBACK),
+            ),
+            (
+                "bad reason replaced",
+                node(True, "not a reason!", Some(9_990), D::Covered),
+                true,
+                w(True, NODE_READY_FALLBACK),
+            ),
+            (
+                "reason ending in colon",
+                node(Unknown, "Bad:", Some(9_990), D::Covered),
+                true,
+                w(Unknown, NODE_UNKNOWN_FALLBACK),
+            ),
+            (
+                "uncovered",
+                node(
+                    True,
+                    "R",
+                    Some(9_990),
+                    D::Uncovered(vec!["user.max_user_namespaces: x".into()]),
+                ),
+                true,
+                w(False, DESIRED_STATE_NOT_CHECKED),
+            ),
+            (
+                "no annotation",
+                node(True, "R", Some(9_980), D::NoAnnotation),
+                true,
+                w(False, DESIRED_STATE_NOT_CHECKED),
+            ),
+            (
+                "no annotation yet (the agent writes it just after)",
+                node(True, "R", Some(9_995), D::NoAnnotation),
+                true,
+                None,
+            ),
+            (
+                "unreadable",
+                node(True, "R", Some(9_990), D::Unreadable("bad".into())),
+                true,
+                w(False, DESIRED_STATE_NOT_CHECKED),
+            ),
+            (
+                "pool not yet known",
+                node(True, "R", Some(9_990), D::NotYetKnown),
+                true,
+                None,
+            ),
+        ];
+        for (name, seen, has, want) in cases {
+            let got = match decide(&seen, has, now, STALE) {
+                Decision::Keep => None,
+                Decision::Write(v) => {
+                    assert!(!v.reason.is_empty(), "{name}: empty reason");
+                    assert!(valid_reason(&v.reason), "{name}: reason {}", v.reason);
+                    assert!(v.message.len() <= MAX_MESSAGE, "{name}");
+                    Some((v.status, v.reason))
+                }
+            };
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn uncovered_message_names_the_keys() {
+        let seen = node(
+            True,
+            "R",
+            Some(9_990),
+            DesiredCheck::Uncovered(vec![
+                "user.max_user_namespaces: the pool sets 11255, the node's desired state does not"
+                    .into(),
+            ]),
+        );
+        let Decision::Write(v) = decide(&seen, false, t(10_000), STALE) else {
+            panic!("expected a write")
+        };
+        assert!(
+            v.message.contains("user.max_user_namespaces"),
+            "{}",
+            v.message
+        );
+        assert!(v.message.contains("11255"), "{}", v.message);
+    }
+
+    #[test]
+    fn messages_are_bounded_at_a_char_boundary() {
+        let long = "é".repeat(2000);
+        let b = bound(long);
+        assert!(b.len() <= MAX_MESSAGE);
+        assert!(b.ends_with("..."));
+        assert_eq!(bound("short".into()), "short");
+    }
+
+    #[test]
+    fn status_words() {
+        for s in [Status::True, Status::False, Status::Unknown] {
+            assert_eq!(Status::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(Status::parse("true"), None);
+    }
+    use Status::*;
+}
