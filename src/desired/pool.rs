@@ -150,7 +150,7 @@ pub fn parse(text: &str, origin: &str, pick: Option<&str>) -> Result<PoolDesired
             }
             talos::check_machine_config(&docs, "the machine config").map_err(err)?;
             let mut b = Build::new("machine config");
-            b.stage(&docs, "")?;
+            b.stage(&docs, "").map_err(|e| err(e.message))?;
             b.finish(&docs).map_err(err)
         }
     }
