@@ -18,6 +18,7 @@ use std::path::{Component, Path};
 
 use proptest::prelude::*;
 use sandbox_readiness::{
+    desired::{from_annotation, parse_pool},
     evaluate::{parse_sysctl_flag, shim_binary, values_equal, DesiredError},
     fleet::{
         expect::parse_replicas,
@@ -385,6 +386,33 @@ proptest! {
         }
     }
 
+    /// A bootstrap template or machine config of any shape, in the places
+    /// the pool's desired state is read from: a result, or one line naming
+    /// the source.
+    #[test]
+    fn pool_configs_of_any_shape_never_panic(v in json_value()) {
+        let tct = |spec: serde_json::Value| serde_json::json!({
+            "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta1", "kind": "TalosConfigTemplate",
+            "metadata": {"name": "t"}, "spec": {"template": {"spec": spec}}});
+        for doc in [
+            v.clone(),
+            serde_json::json!({"version": "v1alpha1", "machine": {"sysctls": v.clone()}}),
+            tct(v.clone()),
+            tct(serde_json::json!({"generateType": "worker", "configPatches": v.clone()})),
+            tct(serde_json::json!({"generateType": "worker", "configPatches": [v.clone()]})),
+            tct(serde_json::json!({"generateType": "none", "data": v.to_string()})),
+            tct(serde_json::json!({"generateType": "worker", "strategicPatches": [v.to_string()]})),
+            serde_json::json!({"kind": "List", "items": [v.clone()]}),
+        ] {
+            if let Err(e) = parse_pool(&doc.to_string(), "--desired-from f", None) {
+                prop_assert!(one_line(&e) && e.to_string().starts_with("--desired-from f: "), "{}", e);
+            }
+            if let Err(e) = from_annotation(&doc.to_string()) {
+                prop_assert!(one_line(&e), "{}", e);
+            }
+        }
+    }
+
     /// kubectl output of any shape, in the places the parser looks.
     #[test]
     fn node_lists_of_any_shape_never_panic(v in json_value()) {
@@ -468,6 +496,10 @@ proptest! {
         let _ = handlers_from_info_config(&format!("{{\"containerd\":{{\"runtimes\":{objects}}}}}"));
         let _ = parse_node_list(&arrays, 50100, "f");
         let _ = parse_cmd_output(&objects, 50100);
+        let _ = parse_pool(&arrays, "f", None);
+        let _ = parse_pool(&objects, "f", None);
+        let _ = parse_pool(&nested(depth, "- ", "", "1"), "f", None);
+        let _ = from_annotation(&objects);
         let toml_arrays = format!("x = {}\n", nested(depth, "[", "]", "1"));
         let toml_tables = format!("x = {}\n", nested(depth, "{a = ", "}", "1"));
         let _ = handlers_from_drop_in(&toml_arrays, "s", &mut no_lookup);

@@ -11,6 +11,8 @@
 //!   `List` → sysctls with their sources, and the agent's
 //!   `ExtensionServiceConfig`;
 //! - [`talos`]: Talos's documents, sysctl merge order and strategic merge;
+//! - [`json6902`]: RFC 6902 for `configPatches` (hand-written: the
+//!   `json-patch` crate cost 32 KiB of the node binary's budget for this);
 //! - [`env`]: the agent's `SANDBOX_READINESS_*` environment as `serve` reads it;
 //! - [`yaml`]: documents as JSON values, errors that quote nothing.
 //!
@@ -20,6 +22,7 @@ pub mod annotation;
 pub mod covers;
 pub mod env;
 pub mod findings;
+pub mod json6902;
 pub mod pool;
 pub mod talos;
 pub mod yaml;

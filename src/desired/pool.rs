@@ -18,7 +18,7 @@ use serde_json::Value;
 use thiserror::Error;
 
 use super::{
-    env,
+    env, json6902,
     talos::{self, Place},
     yaml,
 };
@@ -150,7 +150,7 @@ pub fn parse(text: &str, origin: &str, pick: Option<&str>) -> Result<PoolDesired
             }
             talos::check_machine_config(&docs, "the machine config").map_err(err)?;
             let mut b = Build::new("machine config");
-            b.stage(&docs, "")?;
+            b.stage(&docs, "").map_err(|e| err(e.message))?;
             b.finish(&docs).map_err(err)
         }
     }
@@ -353,40 +353,15 @@ fn generated_base(kind: &str) -> Value {
 /// Applies RFC 6902 operations to the one document. Errors name the
 /// operation and the path (from the template), never a value.
 fn json_patch_apply(docs: &mut [Value], ops: &[Value]) -> Result<(), String> {
-    let ops: Vec<json_patch::PatchOperation> = ops
+    let ops: Vec<json6902::Op> = ops
         .iter()
-        .map(|op| {
-            serde_json::from_value(op.clone()).map_err(|_| {
-                let o = op.get("op").and_then(Value::as_str).unwrap_or("?");
-                let p = op.get("path").and_then(Value::as_str).unwrap_or("?");
-                format!(
-                    "not an RFC 6902 operation (op {}, path {})",
-                    shown(o),
-                    shown(p)
-                )
-            })
-        })
-        .collect::<Result<_, _>>()?;
+        .map(json6902::Op::from_json)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("not an RFC 6902 operation: {e}"))?;
     let [doc] = docs else {
         return Err("a JSON patch needs a single-document config".into());
     };
-    json_patch::patch(doc, &ops).map_err(|e| {
-        let op = ops.get(e.operation).map_or("?".into(), op_word);
-        format!("{op} {}: {}", shown(&e.path.to_string()), e.kind)
-    })
-}
-
-fn op_word(op: &json_patch::PatchOperation) -> String {
-    use json_patch::PatchOperation as P;
-    match op {
-        P::Add(_) => "add",
-        P::Remove(_) => "remove",
-        P::Replace(_) => "replace",
-        P::Move(_) => "move",
-        P::Copy(_) => "copy",
-        P::Test(_) => "test",
-    }
-    .into()
+    json6902::apply(doc, &ops)
 }
 
 /// Follows the sysctls through the stages, so each keeps the stage that

@@ -10,10 +10,44 @@ use serde_json::Value;
 /// dozen).
 pub const MAX_DOCUMENTS: usize = 1024;
 
+/// Flow collections (`[`, `{`) nested deeper than this are refused before
+/// parsing: the parser takes quadratic time on deep flow nesting, and the
+/// deserializer stops at 128 levels anyway.
+pub const MAX_FLOW_DEPTH: usize = 256;
+
+/// The deepest flow nesting of `text`, quoted scalars skipped (roughly:
+/// enough to bound the parser's work, not to parse).
+fn flow_depth(text: &str) -> usize {
+    let (mut depth, mut most, mut quote) = (0usize, 0usize, None::<char>);
+    let mut escaped = false;
+    for c in text.chars() {
+        match quote {
+            Some('"') if escaped => escaped = false,
+            Some('"') if c == '\\' => escaped = true,
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None => match c {
+                '"' | '\'' => quote = Some(c),
+                '[' | '{' => {
+                    depth += 1;
+                    most = most.max(depth);
+                }
+                ']' | '}' => depth = depth.saturating_sub(1),
+                '\n' => {}
+                _ => {}
+            },
+        }
+    }
+    most
+}
+
 /// The documents of a YAML stream, empty ones (`---` alone) skipped.
 /// Errors name only the position and, when it quotes nothing, the
 /// parser's reason.
 pub fn documents(text: &str) -> Result<Vec<Value>, String> {
+    if flow_depth(text) > MAX_FLOW_DEPTH {
+        return Err(format!("nested deeper than {MAX_FLOW_DEPTH} levels"));
+    }
     let mut out = Vec::new();
     for de in serde_yaml_ng::Deserializer::from_str(text) {
         let v = Value::deserialize(de).map_err(|e| redacted(&e))?;
@@ -73,6 +107,20 @@ mod tests {
             assert_eq!(scalar_text(&s[0][k]).as_deref(), Some(want), "{k}");
         }
         assert_eq!(scalar_text(&serde_json::json!({"a": 1})), None);
+    }
+
+    #[test]
+    fn deep_flow_nesting_is_refused_before_parsing() {
+        let deep = format!("{}1{}", "[".repeat(100_000), "]".repeat(100_000));
+        let started = std::time::Instant::now();
+        assert_eq!(
+            documents(&deep).unwrap_err(),
+            "nested deeper than 256 levels"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+        // Brackets inside quoted scalars do not count.
+        let quoted = format!("a: \"{}\"\nb: '{}'\n", "[".repeat(1000), "{".repeat(1000));
+        assert_eq!(documents(&quoted).unwrap().len(), 1);
     }
 
     #[test]
