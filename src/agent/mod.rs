@@ -3,6 +3,7 @@
 //! optionally as Prometheus metrics on one more ([`metrics`]).
 
 pub mod cached;
+mod canary_retry;
 pub mod listen;
 pub mod metrics;
 mod owner;
