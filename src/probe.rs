@@ -23,6 +23,7 @@ pub async fn probe(cfg: &ObserveConfig, desired: &DesiredState, sandbox_probe: b
     let mut cfg = cfg.clone();
     cfg.extra_sysctls
         .extend(desired.sysctls.iter().map(|s| s.name.clone()));
+    cfg.require_runtime_root |= !desired.require_pod_userns.is_empty();
     let scope = Scope {
         sandbox: sandbox_probe || desired.require_sandbox_probe,
     };
