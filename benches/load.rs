@@ -33,7 +33,7 @@ type BoxError = Box<dyn Error + Send + Sync>;
 
 // The tests' private containerd (sid's 2.1 from the test cache, a pause
 // image built with umoci), for the boot-to-first-verdict runs with a canary.
-#[allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 #[path = "../tests/support/mod.rs"]
 mod support;
 
