@@ -12,6 +12,7 @@ use std::{
     error::Error,
     io::Write,
     net::SocketAddr,
+    path::PathBuf,
     process::Stdio,
     time::{Duration, Instant},
 };
@@ -19,8 +20,8 @@ use std::{
 use clap::{Parser, Subcommand, ValueEnum};
 use sandbox_readiness::{
     proto::v1::{
-        readiness_service_client::ReadinessServiceClient, GetReportRequest, Report, WatchRequest,
-        WatchResponse,
+        readiness_service_client::ReadinessServiceClient, GetReportRequest, ProbeOutcome, Report,
+        WatchRequest, WatchResponse,
     },
     report::find_sysctl,
 };
@@ -29,6 +30,12 @@ use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
 
 type BoxError = Box<dyn Error + Send + Sync>;
+
+// The tests' private containerd (sid's 2.1 from the test cache, a pause
+// image built with umoci), for the boot-to-first-verdict runs with a canary.
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 #[derive(Debug, Parser)]
 #[command(name = "load", about = "Load client for benches/run.sh")]
@@ -52,6 +59,9 @@ enum Command {
     Conns(ConnsArgs),
     /// In-memory sizes of the API types (why a Watch channel slot is boxed).
     Sizes,
+    /// Time from the exec of `serve` to its first full report, or with
+    /// --canary to the first report whose canary of that handler passed.
+    Boot(BootArgs),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -134,6 +144,29 @@ struct ConnsArgs {
 }
 
 #[derive(Debug, Parser)]
+struct BootArgs {
+    /// The agent binary.
+    #[arg(long)]
+    bin: PathBuf,
+    #[arg(long, default_value_t = 100)]
+    runs: usize,
+    /// Require, allow and wait for this handler's canary, on a private
+    /// containerd 2.1 started here (one for all runs, holding the sandbox
+    /// image; with --image-after, a fresh one per run without it).
+    #[arg(long)]
+    canary: Option<String>,
+    /// Import the sandbox image this long after the exec of `serve`.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    image_after: Option<Duration>,
+    /// Give up on a run after this long.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    /// More `serve` flags.
+    #[arg(last = true)]
+    serve_args: Vec<String>,
+}
+
+#[derive(Debug, Parser)]
 struct ChangeArgs {
     #[arg(long)]
     addr: SocketAddr,
@@ -174,6 +207,7 @@ fn main() -> std::process::ExitCode {
             Command::Watch(a) => watch(a).await,
             Command::Change(a) => change(a).await,
             Command::Conns(a) => conns(a),
+            Command::Boot(a) => boot(a).await,
             Command::Sizes => emit(&json!({
                 "mode": "sizes",
                 "Report": std::mem::size_of::<Report>(),
@@ -606,4 +640,146 @@ async fn write_limit(pid: u32, value: u64) -> Result<(), BoxError> {
         .into());
     }
     Ok(())
+}
+
+/// What a boot run waits for in the agent's reports.
+fn boot_done(r: &Report, canary: Option<&str>) -> bool {
+    match canary {
+        None => r.observed_at.is_some(),
+        Some(h) => r.canaries.iter().any(|c| {
+            c.handler == h && c.result.as_ref().map(|p| p.outcome()) == Some(ProbeOutcome::Passed)
+        }),
+    }
+}
+
+/// One run: exec `serve`, then ask it (a connection every millisecond
+/// until one is accepted; GetReport every 10 ms once connected) until
+/// `boot_done`; the time from just before the exec, in ms.
+async fn boot_once(
+    a: &BootArgs,
+    endpoint: Option<&str>,
+    importer: Option<Box<dyn FnOnce() + Send>>,
+) -> Result<f64, BoxError> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut cmd = tokio::process::Command::new(&a.bin);
+    cmd.args(["serve", "--listen", &addr.to_string()]);
+    if let (Some(h), Some(ep)) = (a.canary.as_deref(), endpoint) {
+        cmd.args([
+            "--cri-endpoint",
+            ep,
+            "--allow-canary",
+            h,
+            "--require-canary",
+            h,
+        ]);
+    }
+    cmd.args(&a.serve_args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    let started = Instant::now();
+    let mut child = cmd.spawn()?;
+    let import = importer.map(|f| {
+        let due = started + a.image_after.unwrap_or_default();
+        std::thread::spawn(move || {
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            f();
+        })
+    });
+    let result = async {
+        let mut client = None;
+        loop {
+            if started.elapsed() > a.timeout {
+                return Err(format!("not done within {:?}", a.timeout).into());
+            }
+            if client.is_none() {
+                let ep = Endpoint::from_shared(format!("http://{addr}"))?
+                    .tcp_nodelay(true)
+                    .connect_timeout(Duration::from_millis(100));
+                match ep.connect().await {
+                    Ok(ch) => client = Some(ReadinessServiceClient::new(ch)),
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        continue;
+                    }
+                }
+            }
+            if let Some(c) = client.as_mut() {
+                match c.get_report(GetReportRequest::default()).await {
+                    Ok(r) => {
+                        if r.into_inner()
+                            .report
+                            .is_some_and(|r| boot_done(&r, a.canary.as_deref()))
+                        {
+                            return Ok::<f64, BoxError>(started.elapsed().as_secs_f64() * 1e3);
+                        }
+                    }
+                    Err(_) => client = None,
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    .await;
+    let _ = child.kill().await;
+    if let Some(t) = import {
+        let _ = t.join();
+    }
+    result
+}
+
+async fn boot(a: BootArgs) -> Result<(), BoxError> {
+    use support::containerd::{
+        import_pause_archive, pause_archive, Containerd, Options, PAUSE_IMAGE,
+    };
+    let opts = || Options::containerd2_with_runsc().pod_sandboxes(PAUSE_IMAGE);
+    let mut samples = Vec::with_capacity(a.runs);
+    let mut errors = Vec::new();
+    if a.canary.is_none() {
+        for _ in 0..a.runs {
+            match boot_once(&a, None, None).await {
+                Ok(ms) => samples.push(ms),
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+    } else if a.image_after.is_none() {
+        // A node that has the image: one runtime for every run.
+        let ctd = Containerd::start(opts());
+        support::containerd::import_pause(&ctd);
+        for _ in 0..a.runs {
+            match boot_once(&a, Some(&ctd.endpoint()), None).await {
+                Ok(ms) => samples.push(ms),
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+    } else {
+        // A fresh node: a runtime without the image each run; the image
+        // (built once) arrives --image-after the exec.
+        let scratch = tempfile::tempdir()?;
+        let archive = pause_archive(scratch.path());
+        for _ in 0..a.runs {
+            let ctd = std::sync::Arc::new(Containerd::start(opts()));
+            let (c, ar) = (ctd.clone(), archive.clone());
+            let importer: Box<dyn FnOnce() + Send> =
+                Box::new(move || import_pause_archive(&c, &ar));
+            match boot_once(&a, Some(&ctd.endpoint()), Some(importer)).await {
+                Ok(ms) => samples.push(ms),
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+    }
+    samples.sort_by(f64::total_cmp);
+    emit(&json!({
+        "mode": "boot",
+        "canary": a.canary,
+        "image_after_s": a.image_after.map(|d| d.as_secs_f64()),
+        "runs": a.runs,
+        "ms": samples,
+        "summary": summary_f(&samples),
+        "errors": errors,
+    }))
 }

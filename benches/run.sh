@@ -8,7 +8,7 @@
 # Also: SR_BENCH_LOAD=path (a built load client), SR_BENCH_BIN=path (another
 # agent build), SR_BENCH_KEEP=1 (keep the raw records in /tmp),
 # SR_BENCH_ONLY=section[,section...] (run only those: size idle watchers
-# growth latency throughput probe change hostile fanout), e.g.
+# growth latency throughput probe change hostile fanout boot), e.g.
 #   SR_BENCH_SKIP_BUILD=1 SR_BENCH_BIN=path SR_BENCH_ONLY=throughput benches/run.sh
 #
 # Needs: h2load (nghttp2-client), python3, taskset/unshare/nsenter
@@ -130,7 +130,7 @@ fi
 # profile's size settings (LTO, opt-level z), which would only slow it.
 LOAD_SRC=${SR_BENCH_LOAD:-}
 NEED_LOAD=
-for s in watchers latency probe change hostile; do only "$s" && NEED_LOAD=1; done
+for s in watchers latency probe change hostile boot; do only "$s" && NEED_LOAD=1; done
 if [ -z "$LOAD_SRC" ] && [ -n "$NEED_LOAD" ]; then
 	LOAD_SRC=$(CARGO_PROFILE_BENCH_LTO=false CARGO_PROFILE_BENCH_OPT_LEVEL=3 \
 		CARGO_PROFILE_BENCH_CODEGEN_UNITS=16 \
@@ -362,6 +362,29 @@ if only probe; then
 		rec "{\"kind\":\"runsc_byhand\",\"status\":$st,\"ms\":$(python3 -c "print(($e - $s) * 1000)")}"
 	done
 	stop_pid "$agent"
+fi
+
+###############################################################################
+if only boot; then
+	# exec of `serve` → its first full report (the first GetReport answer:
+	# the agent binds, observes once, then serves); then with a canary
+	# required, → the first report whose canary passed, on a private
+	# containerd 2.1 (the tests' setup: root, the test cache, umoci) that
+	# has the sandbox image, and on fresh ones that receive it 5 s after the exec.
+	note "boot to first verdict: 100 starts without a canary, 20 with one, 5 with the image arriving 5 s late"
+	"$LOAD" boot --bin "$BIN" --runs 100 -- "${AGENT_FLAGS[@]}" >"$OUT/boot.json" || true
+	rec "{\"kind\":\"boot\",\"r\":$(cat "$OUT/boot.json" 2>/dev/null || echo null)}"
+	if [ "$(id -u)" = 0 ]; then
+		CANARY_FLAGS=(--runsc-path "$RUNSC" --cri-conf-dir "$CONF")
+		"$LOAD" boot --bin "$BIN" --runs 20 --canary runc -- "${CANARY_FLAGS[@]}" \
+			>"$OUT/boot-canary.json" || true
+		rec "{\"kind\":\"boot\",\"r\":$(cat "$OUT/boot-canary.json" 2>/dev/null || echo null)}"
+		"$LOAD" boot --bin "$BIN" --runs 5 --canary runc --image-after 5s -- "${CANARY_FLAGS[@]}" \
+			>"$OUT/boot-late.json" || true
+		rec "{\"kind\":\"boot\",\"r\":$(cat "$OUT/boot-late.json" 2>/dev/null || echo null)}"
+	else
+		note "boot with a canary needs root (a private containerd): skipped"
+	fi
 fi
 
 ###############################################################################

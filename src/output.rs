@@ -4,8 +4,10 @@
 use std::fmt::Write as _;
 
 use crate::{
-    proto::v1::{Gvisor, Probe, ProbeOutcome, Report, Sysctl, SysctlState, Verdict},
-    report::{outcome_word, readiness_word, sysctl_display},
+    proto::v1::{
+        Gvisor, GvisorReadiness, Probe, ProbeOutcome, Report, Sysctl, SysctlState, Verdict,
+    },
+    report::{names::cri_socket_absent, outcome_word, readiness_word, sysctl_display},
     text::report_line,
 };
 
@@ -200,8 +202,12 @@ fn gvisor_table(out: &mut String, g: &Gvisor) {
         let _ = writeln!(out, "  - {reason}");
     }
     let _ = writeln!(out, "  binaries");
+    // Where gVisor is not installed at all, its absent binaries are
+    // information (a verdict that requires gVisor says so), not failures.
+    let not_installed = g.readiness() == GvisorReadiness::NotInstalled;
     for b in &g.binaries {
         let ok = b.present && b.regular_file && b.executable;
+        let m = (b.present || !not_installed).then_some(ok);
         let mut detail = if !b.present {
             "absent".to_string()
         } else if !ok {
@@ -217,14 +223,7 @@ fn gvisor_table(out: &mut String, g: &Gvisor) {
         if !b.error.is_empty() {
             let _ = write!(detail, " ({})", b.error);
         }
-        let _ = writeln!(
-            out,
-            "    {} {:<26} {} {}",
-            mark(Some(ok)),
-            b.name,
-            b.path,
-            detail
-        );
+        let _ = writeln!(out, "    {} {:<26} {} {}", mark(m), b.name, b.path, detail);
     }
     let _ = writeln!(out, "  CRI drop-ins");
     if g.drop_ins.is_empty() {
@@ -314,6 +313,9 @@ fn gvisor_table(out: &mut String, g: &Gvisor) {
             if !c.root_dir.is_empty() {
                 let _ = writeln!(out, "    {INFO} root directory: {}", c.root_dir);
             }
+        } else if cri_socket_absent(&c.error) {
+            // No runtime here at all: nothing failed.
+            let _ = writeln!(out, "    {INFO} no CRI runtime: {}", c.error);
         } else {
             let _ = writeln!(out, "    {BAD} unreachable: {}", c.error);
         }

@@ -23,6 +23,7 @@ pub async fn probe(cfg: &ObserveConfig, desired: &DesiredState, sandbox_probe: b
     let mut cfg = cfg.clone();
     cfg.extra_sysctls
         .extend(desired.sysctls.iter().map(|s| s.name.clone()));
+    cfg.require_runtime_root |= !desired.require_pod_userns.is_empty();
     let scope = Scope {
         sandbox: sandbox_probe || desired.require_sandbox_probe,
     };
@@ -31,7 +32,7 @@ pub async fn probe(cfg: &ObserveConfig, desired: &DesiredState, sandbox_probe: b
     // at a time: each sweeps the canary label first).
     for handler in evaluate::canaries_needed(&report, desired) {
         let c = canary::run(&cfg.gvisor.cri_endpoint, &cfg.canary, &handler).await;
-        report.canaries.push(c);
+        report.canaries.push(c.canary);
     }
     Generations::default().stamp(&mut report);
     let verdict = (!evaluate::is_empty(desired)).then(|| evaluate::evaluate(&report, desired));

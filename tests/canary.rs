@@ -18,10 +18,12 @@ use std::{
 use tonic::Code;
 
 use sandbox_readiness::proto::v1::{
-    readiness_service_client::ReadinessServiceClient, CheckRequest, DesiredState, ProbeOutcome,
+    readiness_service_client::ReadinessServiceClient, Canary, CheckRequest, DesiredState,
+    GetReportRequest, ProbeOutcome,
 };
 use support::containerd::{
-    canary_sandboxes as labelled_sandboxes, import_pause, Containerd, Options, PAUSE_IMAGE as PAUSE,
+    canary_sandboxes as labelled_sandboxes, import_pause, import_pause_archive, pause_archive,
+    Containerd, Options, PAUSE_IMAGE as PAUSE,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_sandbox-readiness");
@@ -390,5 +392,158 @@ async fn serve_runs_the_stand_in_canary_only_when_allowed() {
     );
     let f = &resp.verdict.unwrap().findings[0];
     assert_eq!(f.code, "SANDBOX_PROBE_FAILED", "{f:?}");
+    assert!(labelled_sandboxes(&ctd).await.unwrap().is_empty());
+}
+
+/// `handler`'s canary and the canary count in the agent's latest report
+/// (GetReport without refresh: what any caller sees now).
+async fn served_canary(url: &str, handler: &str) -> (Option<Canary>, u64) {
+    let mut client = ReadinessServiceClient::new(common::connect(url).await);
+    let report = client
+        .get_report(GetReportRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .report
+        .unwrap();
+    let runs = report.agent.as_ref().map_or(0, |a| a.canaries);
+    let c = report.canaries.into_iter().find(|c| c.handler == handler);
+    (c, runs)
+}
+
+/// Polls the agent every 100 ms until `handler`'s canary has `outcome`;
+/// how long that took, and the canary.
+async fn until_served(
+    agent: &common::Agent,
+    handler: &str,
+    outcome: ProbeOutcome,
+    within: Duration,
+) -> (Duration, Canary) {
+    let from = Instant::now();
+    loop {
+        let (c, _) = served_canary(&agent.url(), handler).await;
+        if let Some(c) = c.filter(|c| c.result.as_ref().map(|r| r.outcome()) == Some(outcome)) {
+            return (from.elapsed(), c);
+        }
+        assert!(
+            from.elapsed() < within,
+            "no {outcome:?} canary for {handler} within {within:?}\n{}",
+            agent.log().text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `serve` canarying its own desired state's `runc` on `ctd`.
+fn serve_requiring_runc(ctd: &Containerd) -> common::Agent {
+    common::Agent::start(
+        None,
+        &[
+            "--cri-endpoint",
+            &ctd.endpoint(),
+            "--allow-canary",
+            "runc",
+            "--require-canary",
+            "runc",
+        ],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_runs_the_canary_as_soon_as_the_sandbox_image_arrives() {
+    // A fresh node: the runtime is up, kubelet has not pulled the sandbox
+    // image yet. The archive is built first so that only the import is timed.
+    let ctd = containerd2(false);
+    let archive = pause_archive(ctd.dir());
+    let agent = serve_requiring_runc(&ctd);
+    let started = Instant::now();
+    let (_, first) = until_served(
+        &agent,
+        "runc",
+        ProbeOutcome::Skipped,
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(
+        first.result.unwrap().message.contains("--canary-pull"),
+        "not run for want of the image"
+    );
+    tokio::time::sleep(
+        (started + Duration::from_secs(5)).saturating_duration_since(Instant::now()),
+    )
+    .await;
+    import_pause_archive(&ctd, &archive);
+    let imported = Instant::now();
+    let (took, passed) = until_served(
+        &agent,
+        "runc",
+        ProbeOutcome::Passed,
+        Duration::from_secs(10),
+    )
+    .await;
+    eprintln!(
+        "image imported {:.1?} after the agent listened; the canary passed {took:.1?} after the import",
+        imported - started
+    );
+    assert_eq!(passed.image, PAUSE);
+    // The image store was asked, not the canary rerun: one run without the
+    // image, one with it.
+    let (_, runs) = served_canary(&agent.url(), "runc").await;
+    assert_eq!(runs, 2, "{}", agent.log().text());
+    assert!(agent
+        .log()
+        .text()
+        .contains("the canary waits for the sandbox image"));
+    assert!(labelled_sandboxes(&ctd).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_retries_a_failed_canary_soon_until_the_runtime_is_mended() {
+    // The handler's OCI runtime is missing (its `BinaryName` names nothing,
+    // as a node whose runtime binary is not installed yet), then restored
+    // 20 s after the agent started.
+    let bin = tempfile::tempdir().unwrap();
+    let runc = bin.path().join("runc");
+    let ctd = Containerd::start(
+        Options::containerd2_with_runsc()
+            .pod_sandboxes(PAUSE)
+            .runc_binary(runc.clone()),
+    );
+    import_pause(&ctd);
+    let agent = serve_requiring_runc(&ctd);
+    let started = Instant::now();
+    let (_, failed) = until_served(
+        &agent,
+        "runc",
+        ProbeOutcome::Failed,
+        Duration::from_secs(15),
+    )
+    .await;
+    let msg = failed.result.unwrap().message;
+    assert!(msg.contains("RunPodSandbox failed"), "{msg}");
+    tokio::time::sleep(
+        (started + Duration::from_secs(20)).saturating_duration_since(Instant::now()),
+    )
+    .await;
+    std::os::unix::fs::symlink(common::on_path("runc").expect("runc"), &runc).unwrap();
+    let restored = Instant::now();
+    let (took, _) = until_served(
+        &agent,
+        "runc",
+        ProbeOutcome::Passed,
+        Duration::from_secs(60),
+    )
+    .await;
+    eprintln!(
+        "runc restored {:.1?} after the agent listened; the canary passed {took:.1?} after that",
+        restored - started
+    );
+    // Failed at start and after 15 s; passed at the third run (45 s).
+    let (_, runs) = served_canary(&agent.url(), "runc").await;
+    assert_eq!(runs, 3, "{}", agent.log().text());
+    assert!(agent
+        .log()
+        .text()
+        .contains("the canary did not pass: running it again in 15s"));
     assert!(labelled_sandboxes(&ctd).await.unwrap().is_empty());
 }

@@ -93,3 +93,45 @@ fn containerd_1_6_is_not_ready_and_says_containerd_2_0() {
     assert!(text.contains("POD_USERNS_UNSUPPORTED"), "{text}");
     assert!(text.contains("containerd >= 2.0"), "{text}");
 }
+
+/// `probe` (text) with a host root that holds no container runtime at all:
+/// no /var/lib/containerd, no CRI socket, no gVisor.
+fn probe_without_runtime(extra: &[&str]) -> (i32, String) {
+    let root = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["probe", "--host-root", root.path().to_str().unwrap()])
+        .args(extra)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn a_bare_probe_without_a_runtime_shows_no_failure() {
+    let (code, text) = probe_without_runtime(&[]);
+    assert_eq!(code, 0, "{text}");
+    assert!(!text.contains('✗'), "a red cross nobody asked for:\n{text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains("idmapped mount (runtime root)"))
+        .unwrap();
+    assert!(line.contains("skipped"), "{line}");
+    assert!(line.contains("not applicable"), "{line}");
+    assert!(line.contains("var/lib/containerd does not exist"), "{line}");
+}
+
+#[test]
+fn without_a_runtime_root_require_pod_userns_still_fails() {
+    let (code, text) = probe_without_runtime(&["--require-pod-userns", "runc"]);
+    assert_eq!(code, 1, "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains("idmapped mount (runtime root)"))
+        .unwrap();
+    assert!(line.contains('✗') && line.contains("failed"), "{line}");
+    assert!(text.contains("RUNTIME_STATE_IDMAP_FAILED"), "{text}");
+}

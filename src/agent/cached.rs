@@ -320,6 +320,7 @@ mod tests {
             },
             expose_machine_id: false,
             canary: Default::default(),
+            require_runtime_root: false,
         };
         let (_stop, shutdown) = tokio::sync::watch::channel(false);
         let timing = Timing {

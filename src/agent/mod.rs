@@ -3,6 +3,7 @@
 //! optionally as Prometheus metrics on one more ([`metrics`]).
 
 pub mod cached;
+mod canary_retry;
 pub mod listen;
 pub mod metrics;
 mod owner;
@@ -276,6 +277,7 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
     let mut cfg = conf.observe.clone();
     cfg.extra_sysctls
         .extend(desired.sysctls.iter().map(|s| s.name.clone()));
+    cfg.require_runtime_root |= !desired.require_pod_userns.is_empty();
     info!(
         listen = ?conf.listen,
         tls = tls.is_some(),

@@ -7,6 +7,13 @@
 //! the next), so a burst of any size costs at most two observations and none
 //! starts sooner than `min_refresh` after the previous one.
 //!
+//! Canaries run one at a time, for the handlers of serve's own desired
+//! state on a schedule (`canary_retry`: soon after a result short of
+//! PASSED until the first pass, then every `canary_interval`) and for
+//! requests; while one waits for the sandbox image, the owner asks the
+//! image store every couple of seconds and runs it as soon as the image
+//! is there.
+//!
 //! Time is tokio's, so the loop runs under paused time in its tests.
 
 use std::{
@@ -25,9 +32,13 @@ use tokio::{
 use tracing::{info, warn};
 
 use crate::{
-    agent::{source::Source, tracked::Tracked},
+    agent::{
+        canary_retry::{Kind, Retry, IMAGE_POLL},
+        source::Source,
+        tracked::Tracked,
+    },
     metrics::DurationHistogram,
-    observe::{pb_timestamp, probe, Scope},
+    observe::{canary::CanaryRun, pb_timestamp, probe, Scope},
     proto::v1::{Canary, Probe, ProbeOutcome, Report, Sysctl},
     report::{self, Generations},
 };
@@ -45,12 +56,13 @@ pub struct Timing {
     /// refresh asking for one in between gets the last result (its
     /// `ran_at` tells its age), so requests cannot keep `runsc do` running.
     pub min_sandbox: Duration,
-    /// At most one CRI canary per handler per this; a request in between
+    /// At most one CRI canary per handler per this once the handler has
+    /// passed (before, `canary_retry` retries sooner); a request in between
     /// gets the last result (its `ran_at` tells its age).
     pub canary_interval: Duration,
-    /// Handlers canaried on the agent's own schedule, at start and then
-    /// every `canary_interval` (serve's own desired state's); others only
-    /// when a request requires them.
+    /// Handlers canaried on the agent's own schedule (serve's own desired
+    /// state's): at start, then as `canary_retry` says; others only when a
+    /// request requires them.
     pub canary_schedule: Vec<String>,
     /// Remove canary sandboxes left behind before anything else (set when
     /// canaries are allowed at all: otherwise the agent never changes the
@@ -131,6 +143,7 @@ pub(crate) async fn start(
         last_started: first_started,
         last_sandbox: None,
         canaries: BTreeMap::new(),
+        image_check_at: None,
         canary_queue: VecDeque::new(),
         canary_waiters: Vec::new(),
         canary_running: None,
@@ -153,13 +166,26 @@ struct Owner {
     last_started: Instant,
     /// When the last sandbox probe started (its result is carried forward).
     last_sandbox: Option<Instant>,
-    /// The last canary of each handler and when it finished; every
+    /// The last canary of each handler and when the next is due; every
     /// published report carries them.
-    canaries: BTreeMap<String, (Canary, Instant)>,
+    canaries: BTreeMap<String, HandlerCanaries>,
+    /// When to ask the image store next whether the sandbox image a
+    /// canary waits for has come.
+    image_check_at: Option<Instant>,
     canary_queue: VecDeque<String>,
     canary_waiters: Vec<CanaryWaiter>,
     /// The handler whose canary runs now.
     canary_running: Option<String>,
+}
+
+/// What the owner keeps of one handler's canaries.
+struct HandlerCanaries {
+    last: Canary,
+    /// A request before then gets `last`; a scheduled handler runs then.
+    due: Instant,
+    /// Due as soon as the image store holds the sandbox image.
+    on_image: bool,
+    retry: Retry,
 }
 
 /// A request waiting for canaries of `pending` handlers.
@@ -195,12 +221,14 @@ impl Owner {
         if self.timing.canary_sweep {
             self.source.sweep_canaries().await;
         }
-        let mut canary: Option<tokio::task::JoinHandle<Canary>> = None;
-        let mut next_canaries = now();
+        let mut canary: Option<tokio::task::JoinHandle<CanaryRun>> = None;
+        let mut image_check: Option<tokio::task::JoinHandle<bool>> = None;
         loop {
             let idle = running.is_none();
             let due = self.last_full + self.timing.probe;
             let earliest = self.last_full + self.timing.min_refresh;
+            let scheduled = self.next_scheduled_canary();
+            let image_at = self.image_check_at.filter(|_| image_check.is_none());
             tokio::select! {
                 _ = shutdown.changed() => return,
                 req = requests.recv() => {
@@ -263,27 +291,39 @@ impl Owner {
                 }, if canary.is_some() => {
                     canary = None;
                     let handler = self.canary_running.take().unwrap_or_default();
-                    let result = done.unwrap_or_else(|e| Canary {
-                        handler: handler.clone(),
-                        result: Some(probe(ProbeOutcome::Error, 0, format!("the canary task stopped: {e}"), Duration::ZERO)),
-                        ..Canary::default()
+                    let result = done.unwrap_or_else(|e| CanaryRun {
+                        canary: Canary {
+                            handler: handler.clone(),
+                            result: Some(probe(ProbeOutcome::Error, 0, format!("the canary task stopped: {e}"), Duration::ZERO)),
+                            ..Canary::default()
+                        },
+                        image_missing: false,
                     });
                     self.finish_canary(handler, result);
                 }
-                _ = tokio::time::sleep_until(next_canaries), if !self.timing.canary_schedule.is_empty() => {
-                    // A zero interval must not spin the loop.
-                    let interval = self.timing.canary_interval.max(Duration::from_secs(1));
-                    next_canaries = now() + interval;
+                // Only handlers neither queued nor running count, so a
+                // handler whose result is due cannot spin the loop.
+                _ = tokio::time::sleep_until(scheduled.unwrap_or_else(now)), if scheduled.is_some() => {
                     for h in self.timing.canary_schedule.clone() {
-                        match self.canaries.get(&h) {
-                            // Ran recently (maybe for a request): due when
-                            // that result is an interval old.
-                            Some((_, at)) if self.canary_recent(&h) => {
-                                next_canaries = next_canaries.min(*at + interval);
-                            }
-                            _ => self.enqueue_canary(h),
+                        if !self.canary_recent(&h) {
+                            self.enqueue_canary(h);
                         }
                     }
+                }
+                _ = tokio::time::sleep_until(image_at.unwrap_or_else(now)), if image_at.is_some() => {
+                    self.image_check_at = None;
+                    if self.canaries.values().any(|c| c.on_image) {
+                        image_check = Some(tokio::spawn(self.source.sandbox_image_present()));
+                    }
+                }
+                present = async {
+                    match image_check.as_mut() {
+                        Some(h) => h.await,
+                        None => std::future::pending().await,
+                    }
+                }, if image_check.is_some() => {
+                    image_check = None;
+                    self.image_checked(present.unwrap_or(false));
                 }
             }
             if canary.is_none() {
@@ -304,12 +344,41 @@ impl Owner {
         }
     }
 
-    /// Whether `handler`'s last canary finished less than
-    /// `canary_interval` ago.
+    /// Whether `handler`'s last canary is still current: its next is not
+    /// due yet (see `canary_retry`).
     fn canary_recent(&self, handler: &str) -> bool {
-        self.canaries
-            .get(handler)
-            .is_some_and(|(_, t)| t.elapsed() < self.timing.canary_interval)
+        self.canaries.get(handler).is_some_and(|c| now() < c.due)
+    }
+
+    /// When the next scheduled canary is due, among the scheduled handlers
+    /// neither queued nor running (never run: now).
+    fn next_scheduled_canary(&self) -> Option<Instant> {
+        self.timing
+            .canary_schedule
+            .iter()
+            .filter(|h| self.canary_running.as_ref() != Some(*h) && !self.canary_queue.contains(*h))
+            .map(|h| self.canaries.get(h).map_or_else(now, |c| c.due))
+            .min()
+    }
+
+    /// The image store answered: when the sandbox image is there, every
+    /// canary waiting for it is due now (scheduled ones run at once,
+    /// others on the next request); else ask again later.
+    fn image_checked(&mut self, present: bool) {
+        let waiting = self.canaries.values().any(|c| c.on_image);
+        if !waiting {
+            return;
+        }
+        if !present {
+            self.image_check_at = Some(now() + IMAGE_POLL);
+            return;
+        }
+        info!("the sandbox image is in the runtime's image store: running the canaries that waited for it");
+        let at = now();
+        for c in self.canaries.values_mut().filter(|c| c.on_image) {
+            c.on_image = false;
+            c.due = at;
+        }
     }
 
     fn enqueue_canary(&mut self, handler: String) {
@@ -337,14 +406,47 @@ impl Owner {
         self.canary_waiters.push(CanaryWaiter { pending, reply });
     }
 
-    /// Keeps the canary, publishes it and answers whoever waited only for it.
-    fn finish_canary(&mut self, handler: String, result: Canary) {
+    /// Keeps the canary, says when the next is due, publishes it and
+    /// answers whoever waited only for it.
+    fn finish_canary(&mut self, handler: String, run: CanaryRun) {
+        let result = run.canary;
+        let outcome = result
+            .result
+            .as_ref()
+            .map_or(ProbeOutcome::Unspecified, Probe::outcome);
         if let Some(r) = result.result.as_ref() {
-            if matches!(r.outcome(), ProbeOutcome::Failed | ProbeOutcome::Error) {
+            if matches!(outcome, ProbeOutcome::Failed | ProbeOutcome::Error) {
                 warn!(probe = "canary", handler = %handler, "{}", r.message);
             }
         }
-        self.canaries.insert(handler.clone(), (result, now()));
+        let at = now();
+        let entry = self
+            .canaries
+            .entry(handler.clone())
+            .or_insert_with(|| HandlerCanaries {
+                last: Canary::default(),
+                due: at,
+                on_image: false,
+                retry: Retry::default(),
+            });
+        let next = entry.retry.record(
+            Kind::of(outcome, run.image_missing),
+            self.timing.canary_interval,
+        );
+        entry.last = result;
+        entry.due = at + next.after;
+        entry.on_image = next.on_image;
+        if outcome != ProbeOutcome::Passed {
+            let retry = humantime::format_duration(next.after);
+            if next.on_image {
+                info!(handler = %handler, "the canary waits for the sandbox image: asking the image store every {} (and running it again in {retry} at the latest)", humantime::format_duration(IMAGE_POLL));
+            } else {
+                info!(handler = %handler, "the canary did not pass: running it again in {retry}");
+            }
+        }
+        if next.on_image && self.image_check_at.is_none() {
+            self.image_check_at = Some(at + IMAGE_POLL);
+        }
         let current = Report::clone(&self.tx.borrow());
         let report = self.store(current);
         for mut w in std::mem::take(&mut self.canary_waiters) {
@@ -489,7 +591,7 @@ impl Owner {
 
     /// Every report carries the last canary of each handler.
     fn merge_canaries(&self, report: &mut Report) {
-        report.canaries = self.canaries.values().map(|(c, _)| c.clone()).collect();
+        report.canaries = self.canaries.values().map(|c| c.last.clone()).collect();
     }
 
     fn store_stamped(&mut self, mut report: Report, changed: bool) -> Arc<Report> {

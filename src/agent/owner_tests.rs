@@ -12,11 +12,12 @@ use tokio::{sync::watch, time::Instant};
 use crate::{
     agent::{
         state::{
-            start_with, CanaryFuture, ObservationFuture, Source, State, SysctlsFuture, Timing,
+            start_with, CanaryFuture, ImageFuture, ObservationFuture, Source, State, SysctlsFuture,
+            Timing,
         },
         tracked::TRACK_TTL,
     },
-    observe::Scope,
+    observe::{canary::CanaryRun, Scope},
     proto::v1::{Canary, Gvisor, Probe, ProbeOutcome, Report, Sysctl, SysctlState, UserNamespaces},
     report::find_sysctl,
 };
@@ -29,8 +30,15 @@ struct Scripted {
     values: Mutex<BTreeMap<String, String>>,
     delay: Duration,
     starts: Mutex<Vec<(Instant, Scope)>>,
-    /// Canaries run, by handler, in order.
+    /// Canaries run, by handler, in order, and when each started.
     canaries: Mutex<Vec<String>>,
+    canary_starts: Mutex<Vec<Instant>>,
+    /// What the next canaries find: the sandbox image there, the runtime
+    /// able to start a sandbox.
+    image: Mutex<bool>,
+    works: Mutex<bool>,
+    /// How often the image store was asked.
+    image_questions: Mutex<usize>,
 }
 
 impl Scripted {
@@ -42,7 +50,23 @@ impl Scripted {
             delay,
             starts: Mutex::new(Vec::new()),
             canaries: Mutex::new(Vec::new()),
+            canary_starts: Mutex::new(Vec::new()),
+            image: Mutex::new(true),
+            works: Mutex::new(true),
+            image_questions: Mutex::new(0),
         })
+    }
+
+    fn set_image(&self, present: bool) {
+        *self.image.lock().unwrap() = present;
+    }
+
+    fn set_works(&self, works: bool) {
+        *self.works.lock().unwrap() = works;
+    }
+
+    fn canary_starts(&self) -> Vec<Instant> {
+        self.canary_starts.lock().unwrap().clone()
     }
 
     fn set(&self, name: &str, value: &str) {
@@ -124,17 +148,38 @@ impl Source for Scripted {
             runs.push(handler.clone());
             runs.len()
         };
+        self.canary_starts.lock().unwrap().push(Instant::now());
+        let image = *self.image.lock().unwrap();
+        let works = *self.works.lock().unwrap();
         Box::pin(async move {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            Canary {
-                result: Some(Probe {
-                    outcome: ProbeOutcome::Passed as i32,
-                    message: format!("canary {n}"),
-                    ..Probe::default()
-                }),
-                handler,
-                ..Canary::default()
+            // Without the image the canary stops after its first questions.
+            let (outcome, took) = match (image, works) {
+                (false, _) => (ProbeOutcome::Skipped, 10),
+                (true, false) => (ProbeOutcome::Failed, 100),
+                (true, true) => (ProbeOutcome::Passed, 500),
+            };
+            tokio::time::sleep(Duration::from_millis(took)).await;
+            CanaryRun {
+                canary: Canary {
+                    result: Some(Probe {
+                        outcome: outcome as i32,
+                        message: format!("canary {n}"),
+                        ..Probe::default()
+                    }),
+                    handler,
+                    ..Canary::default()
+                },
+                image_missing: !image,
             }
+        })
+    }
+
+    fn sandbox_image_present(&self) -> ImageFuture {
+        *self.image_questions.lock().unwrap() += 1;
+        let image = *self.image.lock().unwrap();
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            image
         })
     }
 
@@ -412,4 +457,125 @@ async fn scheduled_canaries_run_at_start_and_every_interval() {
     assert_eq!(canary_message(&state.latest(), "runsc"), "canary 1");
     tokio::time::sleep(Duration::from_secs(601)).await;
     assert_eq!(*node.canaries.lock().unwrap(), ["runsc", "runsc"]);
+}
+
+fn scheduled(handler: &str) -> Timing {
+    Timing {
+        canary_schedule: vec![handler.into()],
+        ..timing()
+    }
+}
+
+fn canary_outcome(r: &Report, handler: &str) -> Option<ProbeOutcome> {
+    r.canaries
+        .iter()
+        .find(|c| c.handler == handler)
+        .and_then(|c| c.result.as_ref())
+        .map(Probe::outcome)
+}
+
+/// Sleeps in small steps until `handler`'s canary in the latest report has
+/// `outcome`; how long that took.
+async fn until_outcome(state: &State, handler: &str, outcome: ProbeOutcome) -> Duration {
+    let from = Instant::now();
+    while canary_outcome(&state.latest(), handler) != Some(outcome) {
+        assert!(
+            from.elapsed() < Duration::from_secs(3600),
+            "never {outcome:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    from.elapsed()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_canary_waiting_for_its_image_runs_as_soon_as_the_image_comes() {
+    let node = Scripted::new(Duration::from_millis(10));
+    node.set_image(false);
+    let (_stop, shutdown) = watch::channel(false);
+    let (state, _task) = start_with(node.clone(), Vec::new(), scheduled("runc"), shutdown).await;
+    until_outcome(&state, "runc", ProbeOutcome::Skipped).await;
+    // The image store is asked every 2 s; no canary runs meanwhile.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(node.canaries.lock().unwrap().len(), 1);
+    let asked = *node.image_questions.lock().unwrap();
+    assert!((2..=3).contains(&asked), "{asked} questions in 5 s");
+    node.set_image(true);
+    let took = until_outcome(&state, "runc", ProbeOutcome::Passed).await;
+    // At most one poll (2 s) plus the canary itself (0.5 s).
+    assert!(took <= Duration::from_millis(2600), "{took:?}");
+    assert_eq!(node.canaries.lock().unwrap().len(), 2);
+    // Passed: the interval governs, and nobody asks the image store.
+    let asked = *node.image_questions.lock().unwrap();
+    tokio::time::sleep(Duration::from_secs(590)).await;
+    assert_eq!(node.canaries.lock().unwrap().len(), 2);
+    assert_eq!(*node.image_questions.lock().unwrap(), asked);
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(node.canaries.lock().unwrap().len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_canary_is_retried_after_15_30_60_120_then_every_120_until_it_passes() {
+    let node = Scripted::new(Duration::from_millis(10));
+    node.set_works(false);
+    let (_stop, shutdown) = watch::channel(false);
+    let (state, _task) = start_with(node.clone(), Vec::new(), scheduled("runsc"), shutdown).await;
+    // 0, 15, 45, 105, 225, 345 s (each run takes 0.1 s): six runs by 350 s.
+    tokio::time::sleep(Duration::from_secs(350)).await;
+    let starts = node.canary_starts();
+    let gaps: Vec<u64> = starts
+        .windows(2)
+        .map(|p| (p[1] - p[0]).as_millis() as u64)
+        .collect();
+    assert_eq!(gaps, [15_100, 30_100, 60_100, 120_100, 120_100], "{gaps:?}");
+    assert_eq!(
+        canary_outcome(&state.latest(), "runsc"),
+        Some(ProbeOutcome::Failed)
+    );
+    // The runtime is mended: the next retry (at 465 s) passes, and after
+    // that the interval governs, failures included.
+    node.set_works(true);
+    until_outcome(&state, "runsc", ProbeOutcome::Passed).await;
+    let passed_at = *node.canary_starts().last().unwrap();
+    assert_eq!(passed_at - starts[5], Duration::from_millis(120_100));
+    node.set_works(false);
+    tokio::time::sleep(Duration::from_secs(1300)).await;
+    let after: Vec<Duration> = node
+        .canary_starts()
+        .iter()
+        .filter(|t| **t > passed_at)
+        .map(|t| *t - passed_at)
+        .collect();
+    assert_eq!(
+        after,
+        [
+            Duration::from_millis(600_500),
+            Duration::from_millis(1_200_600)
+        ]
+    );
+    assert_eq!(*node.image_questions.lock().unwrap(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_requested_canary_waiting_for_its_image_is_stale_once_the_image_comes() {
+    let node = Scripted::new(Duration::from_millis(10));
+    node.set_image(false);
+    let (state, _stop) = start(&node).await;
+    let ask = || {
+        let s = state.clone();
+        async move { s.canaries(vec!["runc".into()]).await.unwrap() }
+    };
+    let first = ask().await;
+    assert_eq!(canary_outcome(&first, "runc"), Some(ProbeOutcome::Skipped));
+    // Still no image: the last result, nothing runs.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(canary_message(&*ask().await, "runc"), "canary 1");
+    // The image comes: after the next question to the image store, a
+    // request runs the canary again (nothing runs without one).
+    node.set_image(true);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(node.canaries.lock().unwrap().len(), 1);
+    let again = ask().await;
+    assert_eq!(canary_outcome(&again, "runc"), Some(ProbeOutcome::Passed));
+    assert_eq!(canary_message(&again, "runc"), "canary 2");
 }

@@ -5,7 +5,11 @@
 use std::{future::Future, pin::Pin, sync::Arc};
 
 use crate::{
-    observe::{self, canary, ObserveConfig, Observer, Scope},
+    observe::{
+        self,
+        canary::{self, CanaryRun},
+        ObserveConfig, Observer, Scope,
+    },
     proto::v1::{Canary, Probe, Report, Sysctl},
 };
 
@@ -14,7 +18,9 @@ pub type ObservationFuture = Pin<Box<dyn Future<Output = Report> + Send>>;
 /// A sysctl read in progress.
 pub type SysctlsFuture = Pin<Box<dyn Future<Output = Vec<Sysctl>> + Send>>;
 /// A CRI canary in progress.
-pub type CanaryFuture = Pin<Box<dyn Future<Output = Canary> + Send>>;
+pub type CanaryFuture = Pin<Box<dyn Future<Output = CanaryRun> + Send>>;
+/// A question to the image store in progress: is the sandbox image there?
+pub type ImageFuture = Pin<Box<dyn Future<Output = bool> + Send>>;
 /// A sweep of leftover canary sandboxes in progress.
 pub type SweepFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -35,11 +41,19 @@ pub trait Source: Send + Sync + 'static {
     fn sysctls(&self, extra: Vec<String>) -> SysctlsFuture;
     /// One CRI canary for `handler` (the owner runs one at a time).
     fn canary(&self, handler: String) -> CanaryFuture {
-        Box::pin(std::future::ready(Canary {
-            result: Some(observe::skipped("not run: this source has no CRI")),
-            handler,
-            ..Canary::default()
+        Box::pin(std::future::ready(CanaryRun {
+            canary: Canary {
+                result: Some(observe::skipped("not run: this source has no CRI")),
+                handler,
+                ..Canary::default()
+            },
+            image_missing: false,
         }))
+    }
+    /// Whether the runtime's sandbox image is in its store now (asked while
+    /// a canary waits for it; a question that fails is a "no").
+    fn sandbox_image_present(&self) -> ImageFuture {
+        Box::pin(std::future::ready(false))
     }
     /// Removes canary sandboxes an earlier agent left behind.
     fn sweep_canaries(&self) -> SweepFuture {
@@ -83,6 +97,22 @@ impl Source for HostSource {
     fn canary(&self, handler: String) -> CanaryFuture {
         let cfg = self.observer.config().clone();
         Box::pin(async move { canary::run(&cfg.gvisor.cri_endpoint, &cfg.canary, &handler).await })
+    }
+
+    fn sandbox_image_present(&self) -> ImageFuture {
+        let cfg = self.observer.config().clone();
+        Box::pin(async move {
+            match canary::sandbox_image_present(&cfg.gvisor.cri_endpoint, cfg.gvisor.cri_timeout)
+                .await
+            {
+                Ok(present) => present,
+                Err(e) => {
+                    // Asked every few seconds: not worth a warning each time.
+                    tracing::debug!("cannot ask the image store for the sandbox image: {e}");
+                    false
+                }
+            }
+        })
     }
 
     fn sweep_canaries(&self) -> SweepFuture {

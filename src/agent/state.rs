@@ -15,7 +15,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 pub use crate::agent::{
     owner::Timing,
-    source::{CanaryFuture, HostSource, ObservationFuture, Source, SweepFuture, SysctlsFuture},
+    source::{
+        CanaryFuture, HostSource, ImageFuture, ObservationFuture, Source, SweepFuture,
+        SysctlsFuture,
+    },
 };
 use crate::{
     agent::{

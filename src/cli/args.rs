@@ -188,6 +188,7 @@ impl HostArgs {
                 timeout: self.canary_timeout,
                 pull: self.canary_pull,
             },
+            require_runtime_root: false,
         }
     }
 }

@@ -8,7 +8,7 @@ use thiserror::Error;
 use crate::{
     proto::v1::{
         Canary, CriRuntime, DesiredState, Finding, Gvisor, GvisorReadiness, Probe, ProbeOutcome,
-        Report, SysctlExpectation, SysctlState, Verdict,
+        Report, SysctlExpectation, SysctlState, UserNamespaces, Verdict,
     },
     report::names::CANNOT_RUN_HERE,
     report::{find_sysctl, names::RUNSC_RUNTIME_TYPE, outcome_word},
@@ -267,12 +267,15 @@ pub fn evaluate(report: &Report, desired: &DesiredState) -> Verdict {
         ));
     }
     if pod_userns {
-        findings.extend(probe_finding(
-            FindingCode::RuntimeStateIdmapFailed,
-            "runtime root directory",
-            userns.and_then(|u| u.runtime_state_idmap.as_ref()),
-            "pods' volumes cannot be idmapped on the runtime's filesystem",
-        ));
+        findings.extend(
+            probe_finding(
+                FindingCode::RuntimeStateIdmapFailed,
+                "runtime root directory",
+                userns.and_then(|u| u.runtime_state_idmap.as_ref()),
+                "pods' volumes cannot be idmapped on the runtime's filesystem",
+            )
+            .map(|f| runtime_root_absent_fails(f, userns)),
+        );
     }
     for name in &desired.require_pod_userns {
         findings.extend(pod_userns_finding(report.gvisor.as_ref(), name));
@@ -399,6 +402,16 @@ fn probe_finding(
             format!("{what}: {detail}"),
         )
     })
+}
+
+/// "Not applicable" (no runtime root at all) is a failure once pod user
+/// namespaces are required: they need that directory.
+fn runtime_root_absent_fails(mut f: Finding, userns: Option<&UserNamespaces>) -> Finding {
+    let p = userns.and_then(|u| u.runtime_state_idmap.as_ref());
+    if p.is_some_and(|p| p.outcome() == ProbeOutcome::Skipped && p.errno == libc::ENOENT) {
+        f.actual = "failed".into();
+    }
+    f
 }
 
 /// The live CRI, when it answered.

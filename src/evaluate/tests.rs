@@ -556,3 +556,55 @@ fn required_canaries_by_outcome() {
     assert!(validate(&bad).is_err());
     assert!(!is_empty(&d));
 }
+
+#[test]
+fn no_runtime_root_is_not_applicable_until_pod_userns_asks_for_it() {
+    use crate::report::names::SOURCE_RUNTIME_HANDLERS;
+    let root = std::path::Path::new("/fixture/var/lib/containerd");
+    let failed = Probe {
+        errno: libc::ENOENT,
+        ..probe(ProbeOutcome::Failed, "does not exist here").unwrap()
+    };
+    let na = crate::observe::runtime_root_not_applicable(failed.clone(), root);
+    assert_eq!(na.outcome(), ProbeOutcome::Skipped);
+    assert!(na.message.starts_with("not applicable"), "{}", na.message);
+    assert!(
+        na.message.contains("/fixture/var/lib/containerd"),
+        "{}",
+        na.message
+    );
+    // Any other failure stands.
+    let einval = Probe {
+        errno: libc::EINVAL,
+        ..failed.clone()
+    };
+    assert_eq!(
+        crate::observe::runtime_root_not_applicable(einval.clone(), root),
+        einval
+    );
+
+    let mut node = pod_userns_node(
+        SOURCE_RUNTIME_HANDLERS,
+        vec![rh("runc", Some(true))],
+        ProbeOutcome::Passed,
+    );
+    if let Some(u) = node.user_namespaces.as_mut() {
+        u.runtime_state_idmap = Some(na);
+    }
+    // Nothing asks for it: no finding.
+    let userns = DesiredState {
+        require_userns: true,
+        require_idmap_mounts: true,
+        ..DesiredState::default()
+    };
+    assert!(evaluate(&node, &userns).findings.is_empty());
+    // --require-pod-userns needs the directory: a blocking failure.
+    let pod = DesiredState {
+        require_pod_userns: vec!["runc".into()],
+        ..DesiredState::default()
+    };
+    let v = evaluate(&node, &pod);
+    assert_eq!(codes(&v), ["RUNTIME_STATE_IDMAP_FAILED"]);
+    assert!(!v.converged);
+    assert_eq!(v.findings[0].actual, "failed");
+}

@@ -90,6 +90,8 @@ struct Ended {
     runtime_error: String,
     /// A sandbox may still exist (the runtime did not confirm its removal).
     leftover: bool,
+    /// Not run because the sandbox image is not in the runtime's store.
+    image_missing: bool,
 }
 
 impl Ended {
@@ -99,12 +101,31 @@ impl Ended {
             message,
             runtime_error: String::new(),
             leftover: false,
+            image_missing: false,
         }
     }
 
     fn not_run(why: &str) -> Self {
         Self::new(ProbeOutcome::Skipped, format!("not run: {why}"))
     }
+
+    /// Not run for want of the sandbox image: worth running again as soon
+    /// as the image is in the store ([`sandbox_image_present`]).
+    fn image_missing(why: &str) -> Self {
+        Self {
+            image_missing: true,
+            ..Self::not_run(why)
+        }
+    }
+}
+
+/// One canary's result, and whether it waits for the sandbox image.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CanaryRun {
+    pub canary: Canary,
+    /// NOT_RUN (SKIPPED) because the sandbox image is not in the runtime's
+    /// image store: the agent retries as soon as it appears.
+    pub image_missing: bool,
 }
 
 /// The handler name `RunPodSandbox` takes: `default` is the empty one.
@@ -118,7 +139,7 @@ pub fn cri_handler(handler: &str) -> &str {
 
 /// Runs one canary for `handler` on the CRI at `endpoint`. Never fails:
 /// every problem is the canary's outcome and message.
-pub async fn run(endpoint: &str, cfg: &CanaryConfig, handler: &str) -> Canary {
+pub async fn run(endpoint: &str, cfg: &CanaryConfig, handler: &str) -> CanaryRun {
     let started = Instant::now();
     let progress = Arc::new(Mutex::new(Progress::default()));
     let mut task = tokio::spawn(exchange(
@@ -159,13 +180,34 @@ pub async fn run(endpoint: &str, cfg: &CanaryConfig, handler: &str) -> Canary {
         // Nothing ran: no duration to show.
         result.duration = None;
     }
-    Canary {
-        handler: handler.to_string(),
-        result: Some(result),
-        image: p.image.clone(),
-        sandbox_id: p.sandbox_id.clone(),
-        runtime_error: ended.runtime_error,
+    CanaryRun {
+        canary: Canary {
+            handler: handler.to_string(),
+            result: Some(result),
+            image: p.image.clone(),
+            sandbox_id: p.sandbox_id.clone(),
+            runtime_error: ended.runtime_error,
+        },
+        image_missing: ended.image_missing,
     }
+}
+
+/// Whether the runtime's sandbox image is in its image store now: the
+/// same questions the canary asks before it starts a sandbox (`Status`,
+/// then `ImageStatus` of the image it names or, for containerd 2.x,
+/// `ListImages` for a pinned one), and nothing else, so it is cheap enough
+/// to ask every few seconds while a canary waits for the image.
+pub async fn sandbox_image_present(endpoint: &str, timeout: Duration) -> Result<bool, String> {
+    let ask = async {
+        let (path, channel) = cri::connect(endpoint).await?;
+        let mut rt = RuntimeServiceClient::new(channel.clone());
+        let mut images = ImageServiceClient::new(channel);
+        let image = sandbox_image(&mut rt, &mut images, &path).await?;
+        Ok(matches!(image, SandboxImage::Present(_)))
+    };
+    tokio::time::timeout(timeout, ask)
+        .await
+        .map_err(|_| format!("the CRI did not answer within {}", fmt_duration(timeout)))?
 }
 
 fn lock(p: &Mutex<Progress>) -> std::sync::MutexGuard<'_, Progress> {
@@ -311,7 +353,7 @@ async fn exchange(
         SandboxImage::Absent(name) => {
             lock(&progress).image = name.clone();
             if !cfg.pull {
-                return Ended::not_run(&format!(
+                return Ended::image_missing(&format!(
                     "sandbox image {name} is not in the runtime's image store (pull it, or start with --canary-pull)"
                 ));
             }
@@ -324,7 +366,7 @@ async fn exchange(
                 })
                 .await;
             if let Err(s) = pulled {
-                return Ended::not_run(&format!(
+                return Ended::image_missing(&format!(
                     "cannot pull sandbox image {name}: {}",
                     cri::status_error(&path, "PullImage", &s)
                 ));
@@ -333,7 +375,7 @@ async fn exchange(
         // With --canary-pull the runtime pulls its own sandbox image.
         SandboxImage::Unknown if cfg.pull => {}
         SandboxImage::Unknown => {
-            return Ended::not_run(
+            return Ended::image_missing(
                 "the runtime names no sandbox image and none in its image store is pinned, so it may have to pull one (pull it, or start with --canary-pull)",
             )
         }
@@ -665,6 +707,9 @@ mod tests {
             "runc",
         )
         .await;
+        // Nothing to wait for in the image store: the CRI is not there.
+        assert!(!c.image_missing);
+        let c = c.canary;
         let r = c.result.unwrap();
         assert_eq!(r.outcome(), ProbeOutcome::Skipped);
         assert!(

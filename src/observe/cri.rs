@@ -41,6 +41,7 @@ use super::pb_duration;
 /// The default deadline for the whole exchange (`--cri-timeout`).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 
+use crate::report::names::CRI_SOCKET_ABSENT;
 pub use crate::report::names::{SOURCE_INFO_CONFIG, SOURCE_RUNTIME_HANDLERS};
 
 /// The CRI API version we speak; containerd and crictl use the same string.
@@ -304,7 +305,7 @@ async fn check_socket(path: &Path) -> Result<(), String> {
         Ok(m) if m.file_type().is_socket() => Ok(()),
         Ok(_) => Err(format!("CRI endpoint {} is not a socket", path.display())),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            Err(format!("CRI socket {} does not exist", path.display()))
+            Err(format!("CRI socket {} {CRI_SOCKET_ABSENT}", path.display()))
         }
         Err(e) => Err(format!("cannot stat CRI socket {}: {e}", path.display())),
     }
@@ -317,7 +318,7 @@ fn connect_error(path: &Path, e: &tonic::transport::Error) -> String {
             "CRI socket {p} refused the connection (nothing is listening; is the runtime running?)"
         ),
         Some(io) if io.kind() == io::ErrorKind::NotFound => {
-            format!("CRI socket {p} does not exist")
+            format!("CRI socket {p} {CRI_SOCKET_ABSENT}")
         }
         Some(io) if io.kind() == io::ErrorKind::PermissionDenied => {
             format!("permission denied connecting to CRI socket {p}")

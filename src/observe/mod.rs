@@ -16,7 +16,7 @@ pub mod sysctl;
 pub mod userns;
 
 use std::{
-    path::PathBuf,
+    path::{Path, PathBuf},
     time::{Duration, SystemTime},
 };
 
@@ -45,6 +45,10 @@ pub struct ObserveConfig {
     pub expose_machine_id: bool,
     /// How a CRI canary runs (on the CRI at `gvisor.cri_endpoint`).
     pub canary: canary::CanaryConfig,
+    /// A desired state of this agent's own needs the runtime's root
+    /// directory (`--require-pod-userns`): its absence is a failure, not
+    /// "not applicable" (see [`runtime_root_not_applicable`]).
+    pub require_runtime_root: bool,
 }
 
 /// Where gVisor and the CRI runtime are, and how long to wait for them.
@@ -142,19 +146,17 @@ impl Observer {
             .await;
         // The idmap probe needs the runtime's root directory, which only
         // the CRI's verbose Status names.
-        let root_dir = gvisor
+        let named_root = gvisor
             .gvisor
             .cri
             .as_ref()
             .map(|c| c.root_dir.as_str())
-            .filter(|d| !d.is_empty())
-            .unwrap_or(DEFAULT_RUNTIME_ROOT);
-        let probes = userns::observe(
-            &cfg.helper_exe,
-            cfg.probe_timeout,
-            &cfg.paths.host(root_dir),
-        )
-        .await;
+            .filter(|d| !d.is_empty());
+        let root_dir = cfg.paths.host(named_root.unwrap_or(DEFAULT_RUNTIME_ROOT));
+        let mut probes = userns::observe(&cfg.helper_exe, cfg.probe_timeout, &root_dir).await;
+        if named_root.is_none() && !cfg.require_runtime_root {
+            probes.state = runtime_root_not_applicable(probes.state, &root_dir);
+        }
         let report = Report {
             node: Some(node),
             agent: Some(AgentInfo {
@@ -292,6 +294,27 @@ pub fn probe(
 }
 
 /// A probe that did not run, with the reason.
+/// The runtime-root idmap probe on a machine without a container runtime:
+/// the default root does not exist and no CRI names another, so there is
+/// nothing to idmap. SKIPPED ("not applicable"), errno ENOENT kept so that
+/// a desired state needing it still judges it a failure
+/// (`evaluate`, `--require-pod-userns`); any other result stands.
+pub fn runtime_root_not_applicable(state: Probe, root: &Path) -> Probe {
+    if state.outcome() != ProbeOutcome::Failed || state.errno != libc::ENOENT {
+        return state;
+    }
+    Probe {
+        errno: libc::ENOENT,
+        ..skipped(format!(
+            "{RUNTIME_ROOT_NOT_APPLICABLE}: no container runtime root here ({} does not exist, and no CRI names another); only --require-pod-userns needs it",
+            root.display()
+        ))
+    }
+}
+
+/// How [`runtime_root_not_applicable`]'s message starts.
+pub const RUNTIME_ROOT_NOT_APPLICABLE: &str = "not applicable";
+
 pub fn skipped(message: impl Into<String>) -> Probe {
     Probe {
         outcome: ProbeOutcome::Skipped as i32,

@@ -18,6 +18,16 @@ pub const SOURCE_RUNTIME_HANDLERS: &str = "runtime_handlers";
 /// `CriRuntime.handlers_source` when the handlers were read from `info["config"]`.
 pub const SOURCE_INFO_CONFIG: &str = "info.config";
 
+/// How `CriRuntime.error` ends when the CRI socket does not exist at all:
+/// no runtime on this machine (or not where it was looked for), rather than
+/// a runtime that fails; shown as information, not as a failure.
+pub const CRI_SOCKET_ABSENT: &str = "does not exist";
+
+/// Whether `CriRuntime.error` says the socket does not exist.
+pub fn cri_socket_absent(error: &str) -> bool {
+    error.starts_with("CRI socket ") && error.ends_with(CRI_SOCKET_ABSENT)
+}
+
 /// Precondition names, as reported in `Precondition::name`.
 pub const PRECONDITION_MAX_USER_NAMESPACES: &str = "user.max_user_namespaces";
 pub const PRECONDITION_PTRACE_SCOPE: &str = "kernel.yama.ptrace_scope";

@@ -761,7 +761,7 @@ pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
 
 /// The pause image as an OCI archive in `dir` (the runtime's own
 /// directory, removed with it): busybox-static sleeping forever.
-fn pause_archive(dir: &Path) -> PathBuf {
+pub fn pause_archive(dir: &Path) -> PathBuf {
     let dir = dir.join("pause");
     let layout = dir.join("layout");
     let image = format!("{}:3.10", layout.display());
@@ -807,6 +807,12 @@ fn pause_archive(dir: &Path) -> PathBuf {
 /// Imports the pause image into the runtime's CRI namespace, labelled
 /// pinned as containerd labels the sandbox image it pulls itself.
 pub fn import_pause(ctd: &Containerd) {
+    import_pause_archive(ctd, &pause_archive(ctd.dir()));
+}
+
+/// [`import_pause`] of an archive built beforehand ([`pause_archive`]), so
+/// a test can time the import alone.
+pub fn import_pause_archive(ctd: &Containerd, archive: &Path) {
     let mut cmd = ctd.ctr();
     cmd.args([
         "-n",
@@ -819,7 +825,7 @@ pub fn import_pause(ctd: &Containerd) {
     if ctd.version() == Version::V2 {
         cmd.args(["--label", "io.cri-containerd.pinned=pinned"]);
     }
-    let out = cmd.arg(pause_archive(ctd.dir())).output().unwrap();
+    let out = cmd.arg(archive).output().unwrap();
     assert!(
         out.status.success(),
         "ctr import: {}",

@@ -25,6 +25,7 @@ use std::{
 };
 
 use nix::{errno::Errno, sys::statfs};
+use procfs_core::{process::Status, FromRead};
 
 use crate::hostio;
 
@@ -67,8 +68,7 @@ impl SandboxEnv {
             fs_kind(&self.cgroup_dir.join("cpu")),
             fs_kind(&self.cgroup_dir.join("memory")),
         );
-        let seccomp = hostio::read_capped(&self.self_status, MAX_STATUS_BYTES)
-            .ok()
+        let seccomp = own_status(&self.self_status)
             .and_then(|s| seccomp_mode(&s))
             .and_then(seccomp_blocker);
         let path = hostio::child_path();
@@ -138,13 +138,18 @@ pub fn cgroup_blocker(dir: &Path, root: FsKind, cpu: FsKind, memory: FsKind) -> 
     ))
 }
 
-/// The `Seccomp:` mode in a `/proc/<pid>/status` text (0 none, 1 strict,
-/// 2 filter). Pure.
-pub fn seccomp_mode(status: &str) -> Option<u8> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Seccomp:"))
-        .and_then(|v| v.trim().parse().ok())
+/// A `/proc/<pid>/status` file, read through the host-file reader (capped,
+/// non-blocking, regular files only) and parsed by procfs-core. `None` when
+/// it cannot be read or parsed: nothing can be told, so runsc answers.
+pub fn own_status(path: &Path) -> Option<Status> {
+    let reader = hostio::open_capped(path, MAX_STATUS_BYTES).ok()?;
+    Status::from_read(reader).ok()
+}
+
+/// The `Seccomp:` mode of a status (0 none, 1 strict, 2 filter; absent
+/// before Linux 3.8 or without CONFIG_SECCOMP). Pure.
+pub fn seccomp_mode(status: &Status) -> Option<u8> {
+    status.seccomp.and_then(|m| u8::try_from(m).ok())
 }
 
 /// Why a seccomp mode stops runsc, if it does. Pure.
@@ -184,15 +189,28 @@ pub fn find_executable(root: &Path, path: &OsStr, name: &str) -> Option<PathBuf>
 mod tests {
     use super::*;
 
-    const STATUS: &str = "Name:\tsandbox-readiness\nUmask:\t0022\nState:\tS (sleeping)\nNoNewPrivs:\t1\nSeccomp:\t2\nSeccomp_filters:\t1\nSpeculation_Store_Bypass:\tthread force mitigated\n";
+    /// A whole status file as Linux 6.18 writes it (the agent's, inside a
+    /// container with a seccomp filter).
+    const STATUS: &str = "Name:\tsandbox-readiness\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t7\nNgid:\t0\nPid:\t7\nPPid:\t1\nTracerPid:\t0\nUid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nFDSize:\t64\nGroups:\t0 \nNStgid:\t7\nNSpid:\t7\nNSpgid:\t1\nNSsid:\t1\nKthread:\t0\nVmPeak:\t   12104 kB\nVmSize:\t   12104 kB\nVmLck:\t       0 kB\nVmPin:\t       0 kB\nVmHWM:\t    3880 kB\nVmRSS:\t    3880 kB\nRssAnon:\t     900 kB\nRssFile:\t    2980 kB\nRssShmem:\t       0 kB\nVmData:\t    1352 kB\nVmStk:\t     132 kB\nVmExe:\t    3424 kB\nVmLib:\t       8 kB\nVmPTE:\t      52 kB\nVmSwap:\t       0 kB\nHugetlbPages:\t       0 kB\nCoreDumping:\t0\nTHP_enabled:\t1\nuntag_mask:\t0xffffffffffffffff\nThreads:\t3\nSigQ:\t0/94971\nSigPnd:\t0000000000000000\nShdPnd:\t0000000000000000\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000001000\nSigCgt:\t0000000100004002\nCapInh:\t0000000000000000\nCapPrm:\t000001fffeffffbf\nCapEff:\t000001fffeffffbf\nCapBnd:\t000001fffeffffbf\nCapAmb:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\nSeccomp_filters:\t1\nSpeculation_Store_Bypass:\tthread force mitigated\nSpeculationIndirectBranch:\tconditional force disabled\nCpus_allowed:\t3\nCpus_allowed_list:\t0-1\nMems_allowed:\t00000000,00000001\nMems_allowed_list:\t0\nvoluntary_ctxt_switches:\t150\nnonvoluntary_ctxt_switches:\t3\n";
+
+    fn parse(text: &str) -> Option<Status> {
+        Status::from_read(text.as_bytes()).ok()
+    }
 
     #[test]
     fn reads_the_seccomp_mode_from_a_status_file() {
-        assert_eq!(seccomp_mode(STATUS), Some(2));
-        assert_eq!(seccomp_mode("Name:\tx\nSeccomp:\t0\n"), Some(0));
+        let status = parse(STATUS).unwrap();
+        assert_eq!(seccomp_mode(&status), Some(2));
+        // The capabilities of the same file, as procfs-core reads them.
+        assert_eq!(status.capbnd, Some(0x1fffeffffbf));
+        let none = parse(&STATUS.replace("Seccomp:\t2", "Seccomp:\t0")).unwrap();
+        assert_eq!(seccomp_mode(&none), Some(0));
         // Seccomp_filters must not be read as Seccomp.
-        assert_eq!(seccomp_mode("Seccomp_filters:\t1\n"), None);
-        assert_eq!(seccomp_mode(""), None);
+        let old_kernel = parse(&STATUS.replace("Seccomp:\t2\n", "")).unwrap();
+        assert_eq!(seccomp_mode(&old_kernel), None);
+        // Not a status file: nothing to tell.
+        assert!(parse("").is_none());
+        assert!(parse("Seccomp:\t2\n").is_none());
         assert_eq!(seccomp_blocker(0), None);
         let b = seccomp_blocker(2).unwrap();
         assert!(b.contains("Seccomp: 2") && b.contains("pivot_root"), "{b}");
@@ -226,9 +244,8 @@ mod tests {
     fn the_agents_own_status_is_readable_through_hostio() {
         // procfs files are regular files: the capped reader takes them, so
         // production reads a real mode, not a silent "unknown".
-        let status = hostio::read_capped(&SandboxEnv::default().self_status, MAX_STATUS_BYTES)
-            .expect("/proc/self/status");
-        assert!(seccomp_mode(&status).is_some(), "{status}");
+        let status = own_status(&SandboxEnv::default().self_status).expect("/proc/self/status");
+        assert!(seccomp_mode(&status).is_some(), "{status:?}");
     }
 
     #[test]
