@@ -13,8 +13,10 @@
 pub mod condition;
 pub mod discovery;
 pub mod kubeconfig;
+pub mod leader;
 pub mod machine;
 pub mod node;
+pub mod ops;
 pub mod patch;
 pub mod pool;
 pub mod run;

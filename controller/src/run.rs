@@ -107,10 +107,22 @@ struct Loop {
     written: HashMap<(String, String), (String, DynamicObject)>,
     started: SystemTime,
     notify: Arc<Notify>,
+    /// Leader election's "may write" (controller-ops hook).
+    gate: crate::leader::Gate,
 }
 
 /// Runs until the process is stopped. Errors only at start.
 pub async fn run(mgmt: Client, s: Settings) -> Result<(), kube::Error> {
+    run_gated(mgmt, s, crate::leader::Gate::always()).await
+}
+
+/// [`run`], writing only while `gate` is open (leader election: the
+/// standby keeps its caches warm and decides, but does not write).
+pub async fn run_gated(
+    mgmt: Client,
+    s: Settings,
+    gate: crate::leader::Gate,
+) -> Result<(), kube::Error> {
     let notify = Arc::new(Notify::new());
     let machine_ar = resource("Machine", "machines");
     let machines = spawn_reflector(&mgmt, &machine_ar, notify.clone());
@@ -155,6 +167,7 @@ pub async fn run(mgmt: Client, s: Settings) -> Result<(), kube::Error> {
         written: HashMap::new(),
         started: SystemTime::now(),
         notify: notify.clone(),
+        gate,
     };
     loop {
         l.round().await;
@@ -310,6 +323,11 @@ impl Loop {
                 return;
             };
             let body = patch::body(&rv, &plan.conditions);
+            // Leader election: asked right before each write, so a leader
+            // that lost its Lease stops at once (controller-ops hook).
+            if !self.gate.may_write() {
+                return;
+            }
             match api
                 .patch_status(&k.1, &PatchParams::default(), &Patch::Merge(&body))
                 .await

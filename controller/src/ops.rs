@@ -1,0 +1,117 @@
+//! The controller as a cluster component: the flags and the glue for
+//! leader election ([`crate::leader`]) around the loop ([`crate::run`]).
+//! Kept apart from `main.rs` so the loop's CLI stays the loop's.
+
+use std::time::Duration;
+
+use kube::Client;
+use tokio::{sync::oneshot, task::JoinHandle};
+
+use crate::leader::{self, Elector, Gate, Timing};
+
+/// Flags of the component (leader election; names as kube-controller-manager's).
+#[derive(clap::Args, Debug, Clone)]
+pub struct OpsArgs {
+    /// Elect a leader on a Lease so that only one replica writes.
+    #[arg(long, env = "SANDBOX_READINESS_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// The Lease's name.
+    #[arg(long, default_value = "sandbox-readiness-controller")]
+    pub leader_elect_resource_name: String,
+    /// The Lease's namespace (default: the pod's namespace, else `default`).
+    #[arg(long)]
+    pub leader_elect_resource_namespace: Option<String>,
+    /// How long a standby waits, from the last change it saw, before it
+    /// takes an unrenewed Lease.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    pub leader_elect_lease_duration: Duration,
+    /// How long the leader keeps writing without a successful renewal.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub leader_elect_renew_deadline: Duration,
+    /// How often candidates try to acquire or renew.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub leader_elect_retry_period: Duration,
+}
+
+impl OpsArgs {
+    fn timing(&self) -> Timing {
+        Timing {
+            lease_duration: self.leader_elect_lease_duration,
+            renew_deadline: self.leader_elect_renew_deadline,
+            retry_period: self.leader_elect_retry_period,
+        }
+    }
+
+    /// Refusals at start, as one line.
+    pub fn check(&self) -> Result<(), String> {
+        if self.leader_elect {
+            self.timing().check().map_err(|e| e.to_string())?;
+            if self.leader_elect_resource_name.is_empty() {
+                return Err("--leader-elect-resource-name must not be empty".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The running component parts; [`Ops::stop`] hands the Lease back.
+pub struct Ops {
+    gate: Gate,
+    elector: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
+}
+
+/// SIGTERM → exit within 5 s: the release gets what is left after the
+/// loop stopped.
+const RELEASE_WITHIN: Duration = Duration::from_secs(3);
+
+impl Ops {
+    pub fn start(client: &Client, a: &OpsArgs) -> Ops {
+        if !a.leader_elect {
+            return Ops {
+                gate: Gate::always(),
+                elector: None,
+            };
+        }
+        let gate = Gate::closed();
+        let ns = a
+            .leader_elect_resource_namespace
+            .clone()
+            .unwrap_or_else(leader::default_namespace);
+        let id = leader::identity();
+        tracing::info!(identity = %id, lease = %format!("{ns}/{}", a.leader_elect_resource_name), "leader election on; writing only as the leader");
+        let mut e = Elector::new(
+            client.clone(),
+            &ns,
+            &a.leader_elect_resource_name,
+            &id,
+            a.timing(),
+            gate.clone(),
+        );
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            e.run_until(
+                async move {
+                    let _ = rx.await;
+                },
+                RELEASE_WITHIN,
+            )
+            .await;
+        });
+        Ops {
+            gate,
+            elector: Some((tx, task)),
+        }
+    }
+
+    pub fn gate(&self) -> Gate {
+        self.gate.clone()
+    }
+
+    /// Stops writing at once, then releases the Lease if held.
+    pub async fn stop(self) {
+        if let Some((tx, task)) = self.elector {
+            let _ = tx.send(());
+            let _ = tokio::time::timeout(RELEASE_WITHIN + Duration::from_millis(500), task).await;
+        }
+    }
+}
