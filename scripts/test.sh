@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
 # The project's test command: installs what the tests need, runs the lints,
-# then the tests in three tiers, in this order:
+# then the tests in five tiers, in this order:
 #   unit         no root, nothing on the host changed: the library's and the
 #                binary's own tests, property tests of the parsers, fixture
 #                trees, TLS in-process over loopback
+#   api          the test API server (the test-api crate, `cargo test -p
+#                test-api`): its own tests, kubectl v1.32 and kube-rs against
+#                it on loopback, the kubectl patch oracle (no root)
+#   controller   the readiness-gate controller (the controller/ crate, `cargo
+#                test -p sandbox-readiness-controller`): its pure tables, then
+#                its binary (built once) against a management and a workload
+#                test API server: the played rollout, faults, kubectl wait
+#                (no root)
 #   integration  the real kernel (user namespaces), private containerds
 #                (Debian's 1.6 and sid's 2.1), runsc sandboxes, real agents
 #                and `check` over sockets (root)
@@ -33,7 +41,7 @@ root=$PWD
 
 # Every tests/*.rs is in exactly one tier (checked below).
 unit_tests=(fuzz_parsers gvisor_fixtures tls)
-integration_tests=(canary check_machines check_pool check_scale check_tls check_wait cri_live faults gvisor_e2e
+integration_tests=(canary check_desired check_machines check_pool check_scale check_tls check_wait cri_live faults gvisor_e2e
 	identities gvisor_runsc hostile hostile_host lockout metrics node_runtime pod_userns polling serve_grpc
 	serve_tls userns_kernel)
 slow_tests=(extension extension_container kernels)
@@ -123,6 +131,8 @@ echo "== fmt"
 cargo fmt --all -- --check
 echo "== clippy"
 cargo clippy --all-targets --locked -- -D warnings
+cargo clippy -p test-api --all-targets --locked -- -D warnings
+cargo clippy -p sandbox-readiness-controller --all-targets --locked -- -D warnings
 # The shipped build: the static musl target, without the tests.
 cargo clippy --locked --target x86_64-unknown-linux-musl --lib --bins -- -D warnings
 echo "== docs"
@@ -134,6 +144,12 @@ python3 scripts/modgraph.py src
 
 mapfile -t args < <(test_args "${unit_tests[@]}")
 run_tier unit --lib --bins "${args[@]}"
+
+# Every test of the test-api crate (its tests/ are not the node crate's tiers).
+run_tier api -p test-api
+
+# The controller crate's own tests (its tests/ are not the node crate's tiers).
+run_tier controller -p sandbox-readiness-controller
 
 mapfile -t args < <(test_args "${integration_tests[@]}")
 run_tier integration "${args[@]}"

@@ -182,6 +182,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_max_level(level)
         .init();
     let rt = match tokio::runtime::Builder::new_multi_thread()

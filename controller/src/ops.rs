@@ -12,8 +12,9 @@ use crate::leader::{self, Elector, Gate, Timing};
 /// Flags of the component (leader election; names as kube-controller-manager's).
 #[derive(clap::Args, Debug, Clone)]
 pub struct OpsArgs {
-    /// Elect a leader on a Lease so that only one replica writes.
-    #[arg(long, env = "SANDBOX_READINESS_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    /// Elect a leader on a Lease so that only one replica writes (off by
+    /// default, as controller-runtime's; deploy/ turns it on).
+    #[arg(long, env = "SANDBOX_READINESS_LEADER_ELECT", default_value_t = false, action = clap::ArgAction::Set)]
     pub leader_elect: bool,
     /// The Lease's name.
     #[arg(long, default_value = "sandbox-readiness-controller")]

@@ -42,9 +42,14 @@ pub struct Cache {
     entries: HashMap<(String, String), Entry>,
 }
 
-/// The machine config → desired state step of the desired-state library.
+/// The machine config → desired state step of the desired-state library
+/// (its errors quote nothing of the text, so they may be shown).
 fn from_machine_config(value: &[u8]) -> Result<DesiredState, String> {
-    sandbox_readiness::desired::from_machine_config(value).map_err(|e| e.to_string())
+    let text = std::str::from_utf8(value)
+        .map_err(|_| "the machine config is not UTF-8 text".to_string())?;
+    sandbox_readiness::desired::parse_pool(text, "machine config", None)
+        .map(|p| p.desired())
+        .map_err(|e| e.to_string())
 }
 
 impl Cache {
@@ -56,7 +61,7 @@ impl Cache {
             _ => {}
         }
         let api: Api<Secret> = Api::namespaced(mgmt.clone(), namespace);
-        let pool = match api.get_opt(name).await {
+        let pool = match crate::run::timed(api.get_opt(name)).await {
             Ok(Some(s)) => {
                 match s
                     .data

@@ -45,6 +45,21 @@ pub struct Settings {
 /// next round.
 const MAX_CONFLICTS: usize = 5;
 
+/// Every single request the loop makes waits at most this long: a hung
+/// management API server must not stop the loop for kube's 295 s read
+/// timeout (which is sized for watches).
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `f` with [`CALL_TIMEOUT`]; a timeout reads as a service error.
+pub async fn timed<T>(
+    f: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, kube::Error> {
+    match tokio::time::timeout(CALL_TIMEOUT, f).await {
+        Ok(r) => r,
+        Err(_) => Err(kube::Error::Service("no answer within 10 s".into())),
+    }
+}
+
 fn resource(kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk(discovery::GROUP, discovery::VERSION, kind),
@@ -328,9 +343,7 @@ impl Loop {
             if !self.gate.may_write() {
                 return;
             }
-            match api
-                .patch_status(&k.1, &PatchParams::default(), &Patch::Merge(&body))
-                .await
+            match timed(api.patch_status(&k.1, &PatchParams::default(), &Patch::Merge(&body))).await
             {
                 Ok(after) => {
                     tracing::info!(
@@ -347,7 +360,7 @@ impl Loop {
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
                     tracing::debug!(machine = %machine, "409: the Machine changed since it was read; reading it again");
-                    match api.get_status(&k.1).await {
+                    match timed(api.get_status(&k.1)).await {
                         Ok(fresh) => current = fresh,
                         Err(e) => {
                             tracing::warn!(machine = %machine, error = %e, "re-reading the Machine failed");
@@ -378,7 +391,7 @@ impl Loop {
             secondary: None,
         };
         let r = m.object_ref(&self.machine_ar);
-        if let Err(e) = self.recorder.publish(&ev, &r).await {
+        if let Err(e) = timed(self.recorder.publish(&ev, &r)).await {
             tracing::warn!(machine = %m.name_any(), error = %e, "recording an Event failed");
         }
     }

@@ -55,7 +55,7 @@ impl Ctl {
         let child = Command::new(BIN)
             .arg("--kubeconfig")
             .arg(&kc)
-            .args(["--leader-elect-resource-namespace", "default"])
+            .args(["--leader-elect=true", "--leader-elect-resource-namespace", "default"])
             .env("POD_NAME", who)
             .env("SANDBOX_READINESS_LOG", "info")
             .stdout(Stdio::null())

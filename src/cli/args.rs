@@ -232,4 +232,38 @@ mod tests {
         );
         assert!(parse_duration("7d").is_ok());
     }
+
+    /// The library reads an ExtensionServiceConfig's environment with the
+    /// table in `desired::env`; it must be these flags' own variables,
+    /// switches as switches, lists as comma-separated lists.
+    #[test]
+    fn the_librarys_environment_table_is_these_flags() {
+        use clap::{builder::TypedValueParser, ArgAction, Args};
+        use sandbox_readiness::desired::env::{parse_flag, Kind, VARS};
+        let cmd = DesiredArgs::augment_args(clap::Command::new("t"));
+        let mut ours: Vec<(String, Kind)> = cmd
+            .get_arguments()
+            .filter_map(|a| {
+                let env = a.get_env()?.to_str()?.to_string();
+                let kind = if matches!(a.get_action(), ArgAction::SetTrue) {
+                    Kind::Flag
+                } else {
+                    assert_eq!(a.get_value_delimiter(), Some(','), "{env}");
+                    Kind::List
+                };
+                Some((env, kind))
+            })
+            .collect();
+        let mut lib: Vec<(String, Kind)> = VARS.iter().map(|(v, k)| (v.to_string(), *k)).collect();
+        ours.sort_by(|a, b| a.0.cmp(&b.0));
+        lib.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(ours, lib);
+        let clap_bool = clap::builder::BoolValueParser::new();
+        for v in ["true", "false", "1", "0", "yes", "TRUE", " true"] {
+            let c = clap_bool
+                .parse_ref(&cmd, None, std::ffi::OsStr::new(v))
+                .ok();
+            assert_eq!(parse_flag("X", v).ok(), c, "{v:?}");
+        }
+    }
 }

@@ -10,6 +10,7 @@ use std::{
 
 use clap::Args;
 use sandbox_readiness::{
+    desired::findings::{self, Combined},
     fleet::{
         self,
         nodes::{Node, DEFAULT_PORT},
@@ -61,6 +62,15 @@ pub struct CheckArgs {
     /// A shell command printing the MachineDeployment whose `spec.replicas` is the expected count, e.g. 'kubectl get machinedeployment pool-a -o json'; re-run every round of --wait (same interval and deadline as --nodes-cmd).
     #[arg(long, value_name = "CMD", conflicts_with = "expect_nodes")]
     pub expect_cmd: Option<String>,
+    /// The pool's desired state from its own configuration: a Talos machine config (one or more documents), a TalosConfig or TalosConfigTemplate (bootstrap.cluster.x-k8s.io v1alpha3 or v1beta1), or a List of those, in JSON or YAML as kubectl prints them ('-' for stdin); its sysctls join --sysctl (which wins, with a TEMPLATE_DISAGREES finding); a file is read again every round of --wait.
+    #[arg(long, value_name = "FILE|-", conflicts_with = "desired_cmd")]
+    pub desired_from: Option<PathBuf>,
+    /// A shell command printing the same, e.g. 'kubectl -n tenant-a get talosconfigtemplate NAME -o yaml'; re-run every round of --wait (same interval and deadline as --nodes-cmd).
+    #[arg(long, value_name = "CMD")]
+    pub desired_cmd: Option<String>,
+    /// Which item of a List --desired-from/--desired-cmd means: [NAMESPACE/]NAME.
+    #[arg(long, value_name = "[NAMESPACE/]NAME")]
+    pub desired_name: Option<String>,
     /// Port for nodes given without one.
     #[arg(long, default_value_t = DEFAULT_PORT, value_parser = clap::value_parser!(u16).range(1..))]
     pub port: u16,
@@ -156,18 +166,97 @@ impl CheckArgs {
 /// Works on a current-thread or a multi-thread tokio runtime; a
 /// multi-thread one spreads TLS handshakes and decoding over the cores.
 pub async fn run(args: CheckArgs) -> Outcome {
-    let desired = match args.desired.to_desired() {
+    let intent = match args.desired.to_desired() {
         Ok(d) => d,
         Err(e) => return Outcome::failed(WHO, e),
     };
+    // The pool's own configuration, read once before anything is asked:
+    // bad input is one line and exit 2 here.
+    let pool = match desired_source(&args) {
+        Err(e) => return Outcome::failed(WHO, e),
+        Ok(None) => None,
+        Ok(Some(src)) => {
+            match source::read_desired(&src, args.desired_name.as_deref(), args.nodes_cmd_timeout)
+                .await
+            {
+                Ok(p) => Some(findings::combine(&intent, &p)),
+                Err(e) => return Outcome::failed(WHO, e),
+            }
+        }
+    };
+    let desired = pool
+        .as_ref()
+        .map_or_else(|| intent.clone(), |c| c.desired.clone());
+    if let Err(e) = sandbox_readiness::evaluate::validate(&desired) {
+        return Outcome::failed(WHO, e);
+    }
     let plan = match fleet::prepare(&args.to_config(desired)).await {
         Ok(p) => p,
         Err(e) => return Outcome::failed(WHO, e),
     };
+    let run = Run {
+        args: &args,
+        intent,
+        pool,
+    };
     match args.wait {
-        None => run_once(&args, plan).await,
-        Some(limit) => run_wait(&args, plan, limit).await,
+        None => run_once(&run, plan).await,
+        Some(limit) => run_wait(&run, plan, limit).await,
     }
+}
+
+/// What a run of `check` holds besides the flags: the operator's intent
+/// (`--sysctl` and the requirements) and, with `--desired-from`/`--desired-cmd`,
+/// the pool's configuration combined with it.
+struct Run<'a> {
+    args: &'a CheckArgs,
+    intent: DesiredState,
+    pool: Option<Combined>,
+}
+
+/// `--desired-from`/`--desired-cmd`, refusing stdin twice and a name
+/// without a source.
+fn desired_source(args: &CheckArgs) -> Result<Option<source::DocSource>, String> {
+    let src = source::DocSource::from_flags(args.desired_from.as_ref(), args.desired_cmd.as_ref());
+    if src.is_none() && args.desired_name.is_some() {
+        return Err("--desired-name needs --desired-from or --desired-cmd".into());
+    }
+    let stdin = |p: &Option<PathBuf>| p.as_ref().is_some_and(|p| p.as_os_str() == "-");
+    if src.as_ref().is_some_and(source::DocSource::is_stdin)
+        && (stdin(&args.kube_nodes) || stdin(&args.expect_from))
+    {
+        return Err(
+            "only one of --kube-nodes, --expect-from and --desired-from can read stdin ('-')"
+                .into(),
+        );
+    }
+    Ok(src)
+}
+
+/// The pool's configuration for people: one row per key with its source,
+/// then the pool findings.
+fn desired_text(c: &Combined) -> String {
+    let mut t = String::from("DESIRED (from the pool's configuration):\n");
+    let width = c.rows.iter().map(|r| r.key.len()).max().unwrap_or(0);
+    for r in &c.rows {
+        let v = r.value.as_deref().unwrap_or("-");
+        t.push_str(&format!("  {:width$}  {:8}  {}\n", r.key, v, r.source));
+    }
+    for f in &c.findings {
+        t.push_str(&format!("{} {}\n", f.code, f.message));
+    }
+    t
+}
+
+fn desired_json(c: &Combined) -> serde_json::Value {
+    serde_json::json!({
+        "sysctls": c.rows.iter().map(|r| serde_json::json!({
+            "name": r.key, "value": r.value, "source": r.source,
+        })).collect::<Vec<_>>(),
+        "findings": c.findings.iter().map(|f| serde_json::json!({
+            "code": f.code, "key": f.key, "message": f.message,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// Machines being deleted and Machines without an address are rows of
@@ -188,7 +277,8 @@ fn not_asked(node: &Node) -> Option<NodeResult> {
     })
 }
 
-async fn run_once(args: &CheckArgs, plan: Plan) -> Outcome {
+async fn run_once(run: &Run<'_>, plan: Plan) -> Outcome {
+    let args = run.args;
     let started = Instant::now();
     let all = plan.nodes_with(&plan.from_kube, &plan.from_cmd);
     let (standing, asked): (Vec<Node>, Vec<Node>) =
@@ -202,6 +292,7 @@ async fn run_once(args: &CheckArgs, plan: Plan) -> Outcome {
         args,
         results,
         &plan.desired,
+        run.pool.as_ref(),
         plan.expected,
         started.elapsed(),
     )
@@ -211,13 +302,17 @@ fn print_results(
     args: &CheckArgs,
     mut results: Vec<NodeResult>,
     desired: &DesiredState,
+    pool: Option<&Combined>,
     expected: Option<usize>,
     elapsed: Duration,
 ) -> Outcome {
     sort_results(&mut results);
     let text = match args.output {
         Format::Json => {
-            let doc = render::json_document(&results, desired, expected, elapsed);
+            let mut doc = render::json_document(&results, desired, expected, elapsed);
+            if let (Some(c), Some(obj)) = (pool, doc.as_object_mut()) {
+                obj.insert("poolDesired".into(), desired_json(c));
+            }
             format!(
                 "{}\n",
                 serde_json::to_string_pretty(&doc).unwrap_or_default()
@@ -231,6 +326,9 @@ fn print_results(
             }
             t.push_str(&render::summary(&results, expected));
             t.push('\n');
+            if let Some(c) = pool {
+                t.push_str(&desired_text(c));
+            }
             t
         }
     };
@@ -307,7 +405,9 @@ where
     (rx, task)
 }
 
-async fn run_wait(args: &CheckArgs, plan: Plan, limit: Duration) -> Outcome {
+async fn run_wait(run: &Run<'_>, plan: Plan, limit: Duration) -> Outcome {
+    let args = run.args;
+    let mut pool = run.pool.clone();
     let started = Instant::now();
     let deadline = tokio::time::sleep_until(started + limit);
     tokio::pin!(deadline);
@@ -327,6 +427,9 @@ async fn run_wait(args: &CheckArgs, plan: Plan, limit: Duration) -> Outcome {
     );
     for n in listing.notes(None) {
         progress.note(&n, started.elapsed());
+    }
+    for f in pool.iter().flat_map(|c| &c.findings) {
+        progress.note(&format!("{} {}", f.code, f.message), started.elapsed());
     }
 
     let every = args.nodes_cmd_interval;
@@ -373,6 +476,23 @@ async fn run_wait(args: &CheckArgs, plan: Plan, limit: Duration) -> Outcome {
         }
         None => (None, None),
     };
+    // The pool's configuration, re-read like the expected count (stdin once).
+    let desired_src = desired_source(args)
+        .ok()
+        .flatten()
+        .filter(|s| !s.is_stdin());
+    let (mut desired_rx, desired_task) = match desired_src {
+        Some(src) => {
+            let (limit, name) = (args.nodes_cmd_timeout, args.desired_name.clone());
+            let (rx, t) = relist(every, move || {
+                let (src, name) = (src.clone(), name.clone());
+                async move { source::read_desired(&src, name.as_deref(), limit).await }
+            });
+            (Some(rx), Some(t))
+        }
+        None => (None, None),
+    };
+    let mut desired_failing = false;
     async fn next_listing<T>(
         rx: &mut Option<mpsc::Receiver<Result<T, String>>>,
     ) -> Result<T, String> {
@@ -437,6 +557,42 @@ async fn run_wait(args: &CheckArgs, plan: Plan, limit: Duration) -> Outcome {
                 }
                 None
             }
+            r = next_listing(&mut desired_rx) => {
+                match r {
+                    Ok(p) => {
+                        desired_failing = false;
+                        let next = findings::combine(&run.intent, &p);
+                        let before = pool.as_ref().map(|c| c.rows.clone()).unwrap_or_default();
+                        for line in findings::changes(&before, &next.rows) {
+                            progress.note(&format!("desired: {line}"), started.elapsed());
+                        }
+                        if pool.as_ref().map(|c| &c.findings) != Some(&next.findings) {
+                            for f in &next.findings {
+                                progress.note(&format!("{} {}", f.code, f.message), started.elapsed());
+                            }
+                        }
+                        let judged = pool.as_ref().map(|c| &c.desired);
+                        if judged != Some(&next.desired) {
+                            if let Err(e) = sandbox_readiness::evaluate::validate(&next.desired) {
+                                progress.note(&format!("{e} (keeping the last desired state)"), started.elapsed());
+                            } else {
+                                let changes = watch.set_desired(next.desired.clone());
+                                progress.changes(&changes, started.elapsed());
+                                pool = Some(next);
+                            }
+                        } else {
+                            pool = Some(next);
+                        }
+                    }
+                    // Keep the last good desired state, and say so once.
+                    Err(e) if !desired_failing => {
+                        progress.note(&format!("{e} (keeping the last desired state)"), started.elapsed());
+                        desired_failing = true;
+                    }
+                    Err(_) => {}
+                }
+                None
+            }
             _ = ticker.tick() => {
                 progress.tick(watch.state().counts(), expected, started.elapsed());
                 None
@@ -468,7 +624,12 @@ async fn run_wait(args: &CheckArgs, plan: Plan, limit: Duration) -> Outcome {
             Some(Err(_)) => {}
         }
     };
-    for t in cmd_task.into_iter().chain(kube_task).chain(expect_task) {
+    for t in cmd_task
+        .into_iter()
+        .chain(kube_task)
+        .chain(expect_task)
+        .chain(desired_task)
+    {
         t.abort();
     }
     int_task.abort();
@@ -481,7 +642,15 @@ async fn run_wait(args: &CheckArgs, plan: Plan, limit: Duration) -> Outcome {
     let mut results = watch.state().results();
     drop(watch);
     results.extend(listing.standing.iter().filter_map(not_asked));
-    print_results(args, results, &plan.desired, expected, started.elapsed())
+    let judged = pool.as_ref().map_or(&plan.desired, |c| &c.desired);
+    print_results(
+        args,
+        results,
+        judged,
+        pool.as_ref(),
+        expected,
+        started.elapsed(),
+    )
 }
 
 #[cfg(test)]

@@ -227,6 +227,45 @@ impl PoolState {
         changes
     }
 
+    /// Judges every report held again against a new desired state (each
+    /// report is what its agent last said; the new question is ours).
+    /// Returns the nodes whose verdict line changed.
+    pub fn rejudge(&mut self, desired: &crate::proto::v1::DesiredState) -> Vec<Change> {
+        let mut changes = Vec::new();
+        for entry in self.entries.values_mut() {
+            let NodeStatus::Answered(old) = &entry.status else {
+                continue;
+            };
+            let new = Answer::judge(desired, old.report.clone(), None);
+            let line = |a: &Answer| {
+                (
+                    a.verdict.converged,
+                    first_finding(&a.verdict).map(|f| f.message.clone()),
+                )
+            };
+            if line(old) != line(&new) {
+                let name = entry.node.name.clone();
+                changes.push(if new.verdict.converged {
+                    Change::Converged { name }
+                } else {
+                    Change::NotConverged {
+                        name,
+                        reason: node_reason(&Ok(new.clone())),
+                    }
+                });
+            }
+            entry.status = NodeStatus::Answered(Box::new(new));
+        }
+        changes
+    }
+
+    /// The watcher for `key` was replaced: only the new one's events count.
+    pub(crate) fn set_epoch(&mut self, key: &str, epoch: u64) {
+        if let Some(e) = self.entries.get_mut(key) {
+            e.epoch = epoch;
+        }
+    }
+
     pub fn counts(&self) -> Counts {
         let mut c = Counts {
             total: self.entries.len(),
@@ -253,6 +292,10 @@ impl PoolState {
 
     pub fn entries(&self) -> impl Iterator<Item = &Entry> {
         self.entries.values()
+    }
+
+    pub(crate) fn entries_with_keys(&self) -> impl Iterator<Item = (&String, &Entry)> {
+        self.entries.iter()
     }
 
     /// One result per node, as [`Client::check_nodes`](super::client::Client::check_nodes) would give.
@@ -310,6 +353,48 @@ mod tests {
             epoch,
             kind,
         }
+    }
+
+    #[test]
+    fn a_new_desired_state_judges_the_reports_held_again() {
+        use crate::proto::v1::{DesiredState, Sysctl, SysctlExpectation, SysctlState};
+        let t0 = Instant::now();
+        let mut s = PoolState::new(t0);
+        s.add("k".into(), parse_entry("node-1", 1).unwrap(), 1, t0);
+        let mut a = answer(true, "b1", "");
+        a.report.sysctls = vec![Sysctl {
+            name: "user.max_user_namespaces".into(),
+            value: "11255".into(),
+            state: SysctlState::Present as i32,
+            ..Sysctl::default()
+        }];
+        s.apply(ev("k", 1, EventKind::Answer(a)), t0);
+        let want = |v: &str| DesiredState {
+            sysctls: vec![SysctlExpectation {
+                name: "user.max_user_namespaces".into(),
+                value: v.into(),
+            }],
+            ..DesiredState::default()
+        };
+        let c = s.rejudge(&want("0"));
+        assert!(
+            matches!(&c[..], [Change::NotConverged { reason, .. }] if reason.contains("expected 0")),
+            "{c:?}"
+        );
+        assert!(!s.all_converged());
+        assert_eq!(s.rejudge(&want("0")), []);
+        assert_eq!(
+            s.rejudge(&want("11255")),
+            [Change::Converged {
+                name: "node-1".into()
+            }]
+        );
+        assert!(s.all_converged());
+        // The replaced watcher's events no longer count.
+        s.set_epoch("k", 2);
+        assert!(s
+            .apply(ev("k", 1, EventKind::Answer(answer(false, "b1", "x"))), t0)
+            .is_empty());
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! Reading node sources and the expected count: files (size-capped), stdin,
-//! and `--nodes-cmd`/`--expect-cmd` (a shell command under a timeout, killed
-//! with its whole process group), all through [`hostio`].
+//! Reading node sources, the expected count and the pool's desired state:
+//! files (size-capped), stdin, and `--nodes-cmd`/`--expect-cmd`/`--desired-cmd`
+//! (a shell command under a timeout, killed with its whole process group),
+//! all through [`hostio`].
 
 use std::{
     path::{Path, PathBuf},
@@ -13,7 +14,10 @@ use super::{
     expect,
     nodes::{self, Node},
 };
-use crate::hostio::{self, Capture, Keep};
+use crate::{
+    desired::{self, PoolDesired},
+    hostio::{self, Capture, Keep},
+};
 
 /// Node documents larger than this are refused (a NodeList of 5000 nodes
 /// is about 50 MiB with managed fields).
@@ -54,38 +58,73 @@ pub fn read_expect_from(path: &Path) -> Result<usize, String> {
     expect::parse_replicas(&text, &origin).map_err(|e| e.to_string())
 }
 
-/// Where the expected count comes from.
+/// Where a document comes from: `--expect-from`/`--desired-from FILE|-`
+/// or `--expect-cmd`/`--desired-cmd CMD`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ExpectSource {
-    /// `--expect-from FILE|-`.
+pub enum DocSource {
+    /// `--…-from FILE|-`.
     File(PathBuf),
-    /// `--expect-cmd CMD`.
+    /// `--…-cmd CMD`.
     Cmd(String),
 }
 
-impl ExpectSource {
-    /// From `--expect-from` and `--expect-cmd` (clap lets only one through).
+/// Where the expected count comes from.
+pub type ExpectSource = DocSource;
+
+impl DocSource {
+    /// From a `--…-from` and a `--…-cmd` flag (clap lets only one through).
     pub fn from_flags(from: Option<&PathBuf>, cmd: Option<&String>) -> Option<Self> {
         match (from, cmd) {
-            (Some(path), _) => Some(ExpectSource::File(path.clone())),
-            (None, Some(cmd)) => Some(ExpectSource::Cmd(cmd.clone())),
+            (Some(path), _) => Some(DocSource::File(path.clone())),
+            (None, Some(cmd)) => Some(DocSource::Cmd(cmd.clone())),
             (None, None) => None,
         }
     }
+
+    /// Stdin, which can be read once only.
+    pub fn is_stdin(&self) -> bool {
+        matches!(self, DocSource::File(p) if p.as_os_str() == "-")
+    }
+
+    /// The text and its origin for errors ("--desired-from t.yaml",
+    /// "--desired-cmd output"); `flag` is the family (`--desired`). A file
+    /// is read off the runtime thread, a command runs under `limit`.
+    pub async fn read_text(&self, flag: &str, limit: Duration) -> Result<(String, String), String> {
+        match self {
+            DocSource::File(path) => {
+                let (path, what) = (path.clone(), format!("{flag}-from"));
+                tokio::task::spawn_blocking(move || {
+                    let origin = format!("{what} {}", path.display());
+                    read_capped(&path, &what).map(|t| (t, origin))
+                })
+                .await
+                .unwrap_or_else(|e| Err(format!("{flag}-from: {e}")))
+            }
+            DocSource::Cmd(cmd) => {
+                let what = format!("{flag}-cmd");
+                let text = run_cmd(&what, cmd, limit).await?;
+                Ok((text, format!("{what} output")))
+            }
+        }
+    }
+}
+
+/// Reads the pool's desired state (`--desired-from`/`--desired-cmd`, one
+/// item picked by `--desired-name`). `check --wait` calls it every round.
+pub async fn read_desired(
+    source: &DocSource,
+    pick: Option<&str>,
+    limit: Duration,
+) -> Result<PoolDesired, String> {
+    let (text, origin) = source.read_text("--desired", limit).await?;
+    desired::parse_pool(&text, &origin, pick).map_err(|e| e.to_string())
 }
 
 /// Reads the expected count: a file off the runtime thread, a command
 /// under `limit`.
 pub async fn read_expected(source: &ExpectSource, limit: Duration) -> Result<usize, String> {
-    match source {
-        ExpectSource::File(path) => {
-            let path = path.clone();
-            tokio::task::spawn_blocking(move || read_expect_from(&path))
-                .await
-                .unwrap_or_else(|e| Err(format!("--expect-from: {e}")))
-        }
-        ExpectSource::Cmd(cmd) => run_expect_cmd(cmd, limit).await,
-    }
+    let (text, origin) = source.read_text("--expect", limit).await?;
+    expect::parse_replicas(&text, &origin).map_err(|e| e.to_string())
 }
 
 /// Runs `--expect-cmd` like `--nodes-cmd` and returns the `spec.replicas`
@@ -226,6 +265,39 @@ mod tests {
         );
         let e = read_expect_from(&dir.path().join("absent.json")).unwrap_err();
         assert!(e.starts_with("--expect-from "), "{e}");
+    }
+
+    #[tokio::test]
+    async fn the_pools_desired_state_from_a_file_or_a_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("tct.yaml");
+        std::fs::write(
+            &f,
+            include_str!("../../tests/fixtures/desired/cozystack-tct.yaml"),
+        )
+        .unwrap();
+        let limit = Duration::from_secs(5);
+        let p = read_desired(&DocSource::File(f.clone()), None, limit)
+            .await
+            .unwrap();
+        assert_eq!(p.sysctls["user.max_user_namespaces"].value, "11255");
+        let cmd = DocSource::Cmd(format!("cat '{}'", f.display()));
+        assert_eq!(read_desired(&cmd, None, limit).await.unwrap(), p);
+        let e = read_desired(&DocSource::Cmd("echo '[]'".into()), None, limit)
+            .await
+            .unwrap_err();
+        assert!(e.starts_with("--desired-cmd output: "), "{e}");
+        let e = read_desired(&DocSource::File(dir.path().join("absent")), None, limit)
+            .await
+            .unwrap_err();
+        assert!(e.starts_with("--desired-from "), "{e}");
+        let e = read_desired(&DocSource::Cmd("exit 4".into()), None, limit)
+            .await
+            .unwrap_err();
+        assert!(
+            e.starts_with("--desired-cmd failed (exit status: 4)"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -165,6 +165,39 @@ impl PoolWatch {
         changes
     }
 
+    /// Judges against `desired` from now on: the reports held are judged
+    /// again at once, and every stream is reopened with the new question
+    /// (an agent observes the sysctls it is asked about). Returns the
+    /// verdicts that changed.
+    pub fn set_desired(&mut self, desired: DesiredState) -> Vec<Change> {
+        let changes = self.state.rejudge(&desired);
+        self.desired = Arc::new(desired);
+        let nodes: HashMap<String, Node> = self
+            .state
+            .entries_with_keys()
+            .map(|(k, e)| (k.clone(), e.node.clone()))
+            .collect();
+        for (key, node) in nodes {
+            if let Some(t) = self.tasks.remove(&key) {
+                t.abort();
+            }
+            self.next_epoch += 1;
+            let epoch = self.next_epoch;
+            self.state.set_epoch(&key, epoch);
+            let task = tokio::spawn(watch_node(
+                self.client.clone(),
+                node,
+                Arc::clone(&self.desired),
+                self.opts.clone(),
+                key.clone(),
+                epoch,
+                self.tx.clone(),
+            ));
+            self.tasks.insert(key, task.abort_handle());
+        }
+        changes
+    }
+
     /// Waits for the next watcher event and applies it; returns the changes
     /// it caused (often none: heartbeats, repeated errors). Cancel-safe.
     pub async fn next(&mut self) -> Vec<Change> {

@@ -20,7 +20,12 @@ pub struct PeerCert {
 pub fn peer_cert(der: &[u8]) -> Option<PeerCert> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
     let subject = cert.subject();
-    let name = subject.iter_common_name().next()?.as_str().ok()?.to_string();
+    let name = subject
+        .iter_common_name()
+        .next()?
+        .as_str()
+        .ok()?
+        .to_string();
     let groups: Vec<String> = subject
         .iter_organization()
         .filter_map(|o| o.as_str().ok().map(str::to_string))
@@ -30,15 +35,23 @@ pub fn peer_cert(der: &[u8]) -> Option<PeerCert> {
     if trimmed.len() > 8 {
         return None;
     }
-    let serial = trimmed.iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b));
-    Some(PeerCert { user: User { name, groups }, serial })
+    let serial = trimmed
+        .iter()
+        .fold(0u64, |acc, b| (acc << 8) | u64::from(*b));
+    Some(PeerCert {
+        user: User { name, groups },
+        serial,
+    })
 }
 
 /// The `Authorization: Bearer` token, if the header carries one.
 pub fn bearer(header: Option<&str>) -> Option<&str> {
     let h = header?.trim();
     let (scheme, token) = h.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
 }
 
 /// Who the request is from, or None (→ 401). `system:authenticated` is added
@@ -77,13 +90,23 @@ mod tests {
     #[test]
     fn certificate_first_then_token_and_revocation() {
         let tokens: HashMap<String, User> =
-            [("t".to_string(), User::new("admin", &["system:masters"]))].into_iter().collect();
-        let cert = PeerCert { user: User::new("system:node:a", &["system:nodes"]), serial: 7 };
+            [("t".to_string(), User::new("admin", &["system:masters"]))]
+                .into_iter()
+                .collect();
+        let cert = PeerCert {
+            user: User::new("system:node:a", &["system:nodes"]),
+            serial: 7,
+        };
         let none = HashSet::new();
         let u = authenticate(Some(&cert), &none, Some("Bearer t"), &tokens).unwrap();
         assert_eq!(u.name, "system:node:a");
         let revoked: HashSet<u64> = [7].into_iter().collect();
-        assert_eq!(authenticate(Some(&cert), &revoked, Some("Bearer t"), &tokens).unwrap().name, "admin");
+        assert_eq!(
+            authenticate(Some(&cert), &revoked, Some("Bearer t"), &tokens)
+                .unwrap()
+                .name,
+            "admin"
+        );
         assert!(authenticate(Some(&cert), &revoked, None, &tokens).is_none());
         assert!(authenticate(None, &none, Some("Bearer nope"), &tokens).is_none());
     }

@@ -37,13 +37,18 @@ impl Scripted {
             _ => ("Unknown", "scripted"),
         };
         let body: Value = status::status(code, reason, message, None).body;
-        Scripted { status: code, headers: vec![("Content-Type".into(), "application/json".into())], body: body.to_string() }
+        Scripted {
+            status: code,
+            headers: vec![("Content-Type".into(), "application/json".into())],
+            body: body.to_string(),
+        }
     }
 
     /// A 429 with `Retry-After: secs`, as kube-apiserver's max-in-flight filter sends it.
     pub fn too_many_requests(retry_after_secs: u64) -> Scripted {
         let mut s = Scripted::status(429);
-        s.headers.push(("Retry-After".into(), retry_after_secs.to_string()));
+        s.headers
+            .push(("Retry-After".into(), retry_after_secs.to_string()));
         s
     }
 
@@ -69,9 +74,11 @@ pub(crate) struct FaultState {
 impl FaultState {
     pub(crate) fn take_script(&self, method: &str, path: &str) -> Option<Scripted> {
         let mut scripts = self.scripts.lock().unwrap_or_else(|e| e.into_inner());
-        let s = scripts
-            .iter_mut()
-            .find(|s| s.method.eq_ignore_ascii_case(method) && path.starts_with(&s.path_prefix) && !s.answers.is_empty())?;
+        let s = scripts.iter_mut().find(|s| {
+            s.method.eq_ignore_ascii_case(method)
+                && path.starts_with(&s.path_prefix)
+                && !s.answers.is_empty()
+        })?;
         s.answers.pop_front()
     }
 
@@ -115,13 +122,21 @@ impl Faults {
     /// again.
     pub fn script(&self, method: &str, path_prefix: &str, answers: Vec<Scripted>) {
         let mut scripts = self.state.scripts.lock().unwrap_or_else(|e| e.into_inner());
-        scripts.push(Script { method: method.to_string(), path_prefix: path_prefix.to_string(), answers: answers.into() });
+        scripts.push(Script {
+            method: method.to_string(),
+            path_prefix: path_prefix.to_string(),
+            answers: answers.into(),
+        });
     }
 
     /// Hung, slow and scripts off (down is undone by `up`).
     pub fn clear(&self) {
         self.state.hung.store(false, Ordering::SeqCst);
         *self.state.slow.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        self.state.scripts.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.state
+            .scripts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 }

@@ -63,14 +63,22 @@ fn absolute(dir: &Path) -> io::Result<PathBuf> {
 /// naming them; returns the kubeconfig's path.
 pub fn files(dir: &Path, server: &str, ca_pem: &str, cred: &ClientCert) -> io::Result<PathBuf> {
     let dir = absolute(dir)?;
-    let (ca, crt, key) = (dir.join("ca.crt"), dir.join("client.crt"), dir.join("client.key"));
+    let (ca, crt, key) = (
+        dir.join("ca.crt"),
+        dir.join("client.crt"),
+        dir.join("client.key"),
+    );
     write_private(&ca, ca_pem)?;
     write_private(&crt, &cred.cert_pem)?;
     write_private(&key, &cred.key_pem)?;
     let text = doc(
         server,
         &format!("    certificate-authority: {}\n", ca.display()),
-        &format!("    client-certificate: {}\n    client-key: {}\n", crt.display(), key.display()),
+        &format!(
+            "    client-certificate: {}\n    client-key: {}\n",
+            crt.display(),
+            key.display()
+        ),
     );
     let path = dir.join("kubeconfig");
     write_private(&path, &text)?;
@@ -82,7 +90,12 @@ pub fn files(dir: &Path, server: &str, ca_pem: &str, cred: &ClientCert) -> io::R
 /// symlink to it, and `dir/kubeconfig-kubelet` names the symlink for both.
 /// Called again with a new certificate, it rotates: a new PEM, the symlink
 /// replaced. Returns the kubeconfig's path.
-pub fn kubelet_style(dir: &Path, server: &str, ca_pem: &str, cred: &ClientCert) -> io::Result<PathBuf> {
+pub fn kubelet_style(
+    dir: &Path,
+    server: &str,
+    ca_pem: &str,
+    cred: &ClientCert,
+) -> io::Result<PathBuf> {
     let dir = absolute(dir)?;
     let pki = dir.join("pki");
     std::fs::create_dir_all(&pki)?;
@@ -98,7 +111,11 @@ pub fn kubelet_style(dir: &Path, server: &str, ca_pem: &str, cred: &ClientCert) 
     let text = doc(
         server,
         &format!("    certificate-authority: {}\n", ca.display()),
-        &format!("    client-certificate: {}\n    client-key: {}\n", current.display(), current.display()),
+        &format!(
+            "    client-certificate: {}\n    client-key: {}\n",
+            current.display(),
+            current.display()
+        ),
     );
     let path = dir.join("kubeconfig-kubelet");
     write_private(&path, &text)?;

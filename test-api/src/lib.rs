@@ -5,6 +5,7 @@
 //! offline), and kubectl itself drives it as an operator would.
 
 pub mod authn;
+pub mod authz;
 pub mod discovery;
 pub mod faults;
 pub mod identity;
@@ -21,11 +22,10 @@ pub mod table;
 pub mod tls;
 pub mod watch;
 
-mod standin;
-pub use standin::authz;
-
+pub use authz::{admit_node_restriction, authorize, Decision, Rbac};
 pub use faults::{Faults, Scripted};
 pub use identity::{Attributes, NodeAuthzMode, Op, User};
+pub use schema::{CrdSet, Invalid};
 pub use server::{Builder, RequestRecord, ServerError, TestApiServer};
 pub use status::ApiError;
 pub use store::Store;

@@ -45,7 +45,15 @@ impl ResourceType {
     }
 }
 
-fn builtin(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool, status: bool, short: &[&str]) -> ResourceType {
+fn builtin(
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+    namespaced: bool,
+    status: bool,
+    short: &[&str],
+) -> ResourceType {
     ResourceType {
         group: group.to_string(),
         versions: vec![version.to_string()],
@@ -105,8 +113,24 @@ impl Registry {
             builtin("", "v1", "Event", "events", true, false, &["ev"]),
             builtin("", "v1", "Secret", "secrets", true, false, &[]),
             builtin("", "v1", "ConfigMap", "configmaps", true, false, &["cm"]),
-            builtin("coordination.k8s.io", "v1", "Lease", "leases", true, false, &[]),
-            builtin("events.k8s.io", "v1", "Event", "events", true, false, &["ev"]),
+            builtin(
+                "coordination.k8s.io",
+                "v1",
+                "Lease",
+                "leases",
+                true,
+                false,
+                &[],
+            ),
+            builtin(
+                "events.k8s.io",
+                "v1",
+                "Event",
+                "events",
+                true,
+                false,
+                &["ev"],
+            ),
         ];
         for k in crds.kinds() {
             let mut versions: Vec<String> = k.served_versions().map(|v| v.name.clone()).collect();
@@ -158,7 +182,11 @@ impl Registry {
         out
     }
 
-    pub fn in_group_version<'a>(&'a self, group: &'a str, version: &'a str) -> impl Iterator<Item = &'a ResourceType> + 'a {
+    pub fn in_group_version<'a>(
+        &'a self,
+        group: &'a str,
+        version: &'a str,
+    ) -> impl Iterator<Item = &'a ResourceType> + 'a {
         self.types
             .iter()
             .filter(move |t| t.group == group && t.serves(version))

@@ -118,12 +118,16 @@ impl Query {
     }
 
     pub fn get(&self, k: &str) -> Option<&str> {
-        self.0.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str())
+        self.0
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
     }
 
     /// `watch=1`, `watch=true` (and a bare `watch`).
     pub fn flag(&self, k: &str) -> bool {
-        self.get(k).is_some_and(|v| matches!(v, "" | "1" | "true" | "True"))
+        self.get(k)
+            .is_some_and(|v| matches!(v, "" | "1" | "true" | "True"))
     }
 }
 
@@ -140,20 +144,46 @@ mod tests {
     #[test]
     fn paths() {
         let r = reg();
-        assert_eq!(route(&r, "/api/v1"), Route::GroupVersion(String::new(), "v1".into()));
-        let Route::Resource(p) = route(&r, "/api/v1/nodes/a/status") else { panic!() };
-        assert_eq!((p.plural.as_str(), p.name.as_deref(), p.sub.as_deref()), ("nodes", Some("a"), Some("status")));
-        let Route::Resource(p) = route(&r, "/apis/cluster.x-k8s.io/v1beta2/namespaces/ns/machines/m") else { panic!() };
-        assert_eq!((p.namespace.as_deref(), p.plural.as_str(), p.name.as_deref()), (Some("ns"), "machines", Some("m")));
-        let Route::Resource(p) = route(&r, "/api/v1/namespaces/ns/status") else { panic!() };
-        assert_eq!((p.plural.as_str(), p.name.as_deref(), p.sub.as_deref()), ("namespaces", Some("ns"), Some("status")));
-        assert_eq!(route(&r, "/apis/cluster.x-k8s.io"), Route::Group("cluster.x-k8s.io".into()));
+        assert_eq!(
+            route(&r, "/api/v1"),
+            Route::GroupVersion(String::new(), "v1".into())
+        );
+        let Route::Resource(p) = route(&r, "/api/v1/nodes/a/status") else {
+            panic!()
+        };
+        assert_eq!(
+            (p.plural.as_str(), p.name.as_deref(), p.sub.as_deref()),
+            ("nodes", Some("a"), Some("status"))
+        );
+        let Route::Resource(p) = route(
+            &r,
+            "/apis/cluster.x-k8s.io/v1beta2/namespaces/ns/machines/m",
+        ) else {
+            panic!()
+        };
+        assert_eq!(
+            (p.namespace.as_deref(), p.plural.as_str(), p.name.as_deref()),
+            (Some("ns"), "machines", Some("m"))
+        );
+        let Route::Resource(p) = route(&r, "/api/v1/namespaces/ns/status") else {
+            panic!()
+        };
+        assert_eq!(
+            (p.plural.as_str(), p.name.as_deref(), p.sub.as_deref()),
+            ("namespaces", Some("ns"), Some("status"))
+        );
+        assert_eq!(
+            route(&r, "/apis/cluster.x-k8s.io"),
+            Route::Group("cluster.x-k8s.io".into())
+        );
         assert_eq!(route(&r, "/nope"), Route::Unknown);
     }
 
     #[test]
     fn queries() {
-        let q = Query::parse("labelSelector=a%3D1%2Cb+in+%28x%29&watch=1&fieldSelector=metadata.name%3Dn");
+        let q = Query::parse(
+            "labelSelector=a%3D1%2Cb+in+%28x%29&watch=1&fieldSelector=metadata.name%3Dn",
+        );
         assert_eq!(q.get("labelSelector"), Some("a=1,b in (x)"));
         assert!(q.flag("watch"));
         assert_eq!(q.get("fieldSelector"), Some("metadata.name=n"));

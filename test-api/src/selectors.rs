@@ -34,7 +34,9 @@ fn split_top(s: &str) -> Result<Vec<&str>, SelectorError> {
             ')' => {
                 depth -= 1;
                 if depth < 0 {
-                    return Err(SelectorError(format!("unable to parse requirement: unexpected ')' in {s:?}")));
+                    return Err(SelectorError(format!(
+                        "unable to parse requirement: unexpected ')' in {s:?}"
+                    )));
                 }
             }
             ',' if depth == 0 => {
@@ -45,7 +47,9 @@ fn split_top(s: &str) -> Result<Vec<&str>, SelectorError> {
         }
     }
     if depth != 0 {
-        return Err(SelectorError(format!("unable to parse requirement: unclosed '(' in {s:?}")));
+        return Err(SelectorError(format!(
+            "unable to parse requirement: unclosed '(' in {s:?}"
+        )));
     }
     parts.push(&s[start..]);
     Ok(parts)
@@ -55,21 +59,28 @@ fn check_key(k: &str) -> Result<String, SelectorError> {
     let k = k.trim();
     let ok = !k.is_empty()
         && k.len() <= 317
-        && k.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'));
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'));
     if ok {
         Ok(k.to_string())
     } else {
-        Err(SelectorError(format!("unable to parse requirement: invalid label key {k:?}")))
+        Err(SelectorError(format!(
+            "unable to parse requirement: invalid label key {k:?}"
+        )))
     }
 }
 
 fn check_value(v: &str) -> Result<String, SelectorError> {
     let v = v.trim();
-    let ok = v.len() <= 63 && v.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    let ok = v.len() <= 63
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
     if ok {
         Ok(v.to_string())
     } else {
-        Err(SelectorError(format!("unable to parse requirement: invalid label value {v:?}")))
+        Err(SelectorError(format!(
+            "unable to parse requirement: invalid label value {v:?}"
+        )))
     }
 }
 
@@ -78,7 +89,11 @@ fn parse_set(rest: &str) -> Result<Vec<String>, SelectorError> {
     let inner = rest
         .strip_prefix('(')
         .and_then(|r| r.strip_suffix(')'))
-        .ok_or_else(|| SelectorError(format!("unable to parse requirement: expected a set in parentheses, found {rest:?}")))?;
+        .ok_or_else(|| {
+            SelectorError(format!(
+                "unable to parse requirement: expected a set in parentheses, found {rest:?}"
+            ))
+        })?;
     inner.split(',').map(check_value).collect()
 }
 
@@ -102,7 +117,9 @@ impl LabelSelector {
         for part in split_top(s)? {
             let p = part.trim();
             if p.is_empty() {
-                return Err(SelectorError(format!("unable to parse requirement: empty requirement in {s:?}")));
+                return Err(SelectorError(format!(
+                    "unable to parse requirement: empty requirement in {s:?}"
+                )));
             }
             let req = if let Some((k, rest)) = split_word(p, "notin") {
                 LabelReq::NotIn(check_key(k)?, parse_set(rest)?)
@@ -202,13 +219,19 @@ impl FieldSelector {
             } else if let Some((f, v)) = p.split_once('=') {
                 (f, v, true)
             } else {
-                return Err(SelectorError(format!("invalid selector: '{s}'; can't understand '{p}'")));
+                return Err(SelectorError(format!(
+                    "invalid selector: '{s}'; can't understand '{p}'"
+                )));
             };
             let field = field.trim();
             if !field_supported(field) {
                 return Err(SelectorError(format!("field label not supported: {field}")));
             }
-            reqs.push(FieldReq { field: field.to_string(), value: value.trim().to_string(), equal });
+            reqs.push(FieldReq {
+                field: field.to_string(),
+                value: value.trim().to_string(),
+                equal,
+            });
         }
         Ok(FieldSelector(reqs))
     }
@@ -275,13 +298,26 @@ mod tests {
     #[test]
     fn field_selectors() {
         let o = obj(json!({}));
-        assert!(FieldSelector::parse("metadata.name=n1").unwrap().matches(&o));
-        assert!(!FieldSelector::parse("metadata.name!=n1").unwrap().matches(&o));
-        assert!(FieldSelector::parse("metadata.namespace==ns,metadata.name=n1").unwrap().matches(&o));
+        assert!(FieldSelector::parse("metadata.name=n1")
+            .unwrap()
+            .matches(&o));
+        assert!(!FieldSelector::parse("metadata.name!=n1")
+            .unwrap()
+            .matches(&o));
+        assert!(
+            FieldSelector::parse("metadata.namespace==ns,metadata.name=n1")
+                .unwrap()
+                .matches(&o)
+        );
         assert_eq!(
             FieldSelector::parse("spec.nope=1").unwrap_err().0,
             "field label not supported: spec.nope"
         );
-        assert_eq!(FieldSelector::parse("metadata.name=n1").unwrap().name_equals(), Some("n1"));
+        assert_eq!(
+            FieldSelector::parse("metadata.name=n1")
+                .unwrap()
+                .name_equals(),
+            Some("n1")
+        );
     }
 }

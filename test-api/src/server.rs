@@ -94,6 +94,8 @@ pub(crate) struct Inner {
     accept: Mutex<Option<JoinHandle<()>>>,
     /// Bumped to drop every open connection (restart, down).
     conn_gen: watch::Sender<u64>,
+    /// Open connections: down and restart return once they are all gone.
+    open: watch::Sender<usize>,
     bookmark_interval: Duration,
     rt: tokio::runtime::Handle,
 }
@@ -121,6 +123,8 @@ impl Inner {
             let _ = h.await;
         }
         self.drop_connections();
+        let mut open = self.open.subscribe();
+        let _ = tokio::time::timeout(Duration::from_secs(5), open.wait_for(|n| *n == 0)).await;
     }
 
     pub(crate) async fn listen(self: &Arc<Self>) -> std::io::Result<()> {
@@ -138,6 +142,15 @@ impl Inner {
     }
 }
 
+/// Counts a connection as open until its task ends.
+struct OpenConn(Arc<Inner>);
+
+impl Drop for OpenConn {
+    fn drop(&mut self) {
+        self.0.open.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
 async fn accept_loop(inner: Arc<Inner>, listener: TcpListener) {
     loop {
         let sock = match listener.accept().await {
@@ -150,11 +163,15 @@ async fn accept_loop(inner: Arc<Inner>, listener: TcpListener) {
         };
         let mut gen = inner.conn_gen.subscribe();
         let conn_inner = Arc::clone(&inner);
+        inner.open.send_modify(|n| *n += 1);
+        let open = OpenConn(Arc::clone(&inner));
         tokio::spawn(async move {
             tokio::select! {
-                _ = serve_connection(conn_inner, sock) => {}
+                biased;
                 _ = gen.changed() => {}
+                _ = serve_connection(conn_inner, sock) => {}
             }
+            drop(open);
         });
     }
 }
@@ -165,7 +182,8 @@ async fn serve_connection(inner: Arc<Inner>, sock: TcpStream) {
     }
     let _ = sock.set_nodelay(true);
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&inner.tls));
-    let Ok(Ok(tls)) = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(sock)).await else {
+    let Ok(Ok(tls)) = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(sock)).await
+    else {
         return;
     };
     let peer = tls
@@ -189,8 +207,10 @@ async fn serve_connection(inner: Arc<Inner>, sock: TcpStream) {
 fn json_response(code: u16, v: &Value) -> Response<Body> {
     let mut r = Response::new(Full::new(Bytes::from(v.to_string())).boxed_unsync());
     *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    r.headers_mut()
-        .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
     r
 }
 
@@ -202,7 +222,10 @@ fn scripted_response(s: &Scripted) -> Response<Body> {
     let mut r = Response::new(Full::new(Bytes::from(s.body.clone())).boxed_unsync());
     *r.status_mut() = StatusCode::from_u16(s.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     for (k, v) in &s.headers {
-        if let (Ok(k), Ok(v)) = (http::HeaderName::try_from(k.as_str()), http::HeaderValue::try_from(v.as_str())) {
+        if let (Ok(k), Ok(v)) = (
+            http::HeaderName::try_from(k.as_str()),
+            http::HeaderValue::try_from(v.as_str()),
+        ) {
             r.headers_mut().insert(k, v);
         }
     }
@@ -221,11 +244,15 @@ impl From<ApiError> for Reply {
     }
 }
 
-fn header<'a>(req: &'a Request<Incoming>, name: http::header::HeaderName) -> Option<&'a str> {
+fn header(req: &Request<Incoming>, name: http::header::HeaderName) -> Option<&str> {
     req.headers().get(name).and_then(|v| v.to_str().ok())
 }
 
-async fn handle(inner: Arc<Inner>, peer: Option<PeerCert>, req: Request<Incoming>) -> Response<Body> {
+async fn handle(
+    inner: Arc<Inner>,
+    peer: Option<PeerCert>,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
@@ -255,7 +282,12 @@ async fn handle(inner: Arc<Inner>, peer: Option<PeerCert>, req: Request<Incoming
     }
     let user = {
         let revoked = guard(&inner.revoked);
-        authn::authenticate(peer.as_ref(), &revoked, authorization.as_deref(), &inner.tokens)
+        authn::authenticate(
+            peer.as_ref(),
+            &revoked,
+            authorization.as_deref(),
+            &inner.tokens,
+        )
     };
     let Some(user) = user else {
         record(None, 401);
@@ -264,7 +296,12 @@ async fn handle(inner: Arc<Inner>, peer: Option<PeerCert>, req: Request<Incoming
     let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => {
-            let e = status::status(413, "RequestEntityTooLarge", "the request body is too large or could not be read", None);
+            let e = status::status(
+                413,
+                "RequestEntityTooLarge",
+                "the request body is too large or could not be read",
+                None,
+            );
             record(Some(&user), 413);
             return error_response(&e);
         }
@@ -278,7 +315,16 @@ async fn handle(inner: Arc<Inner>, peer: Option<PeerCert>, req: Request<Incoming
             }
         }
     }
-    let reply = route(&inner, &user, &method, &path, &Query::parse(&query), accept.as_deref(), content_type.as_deref(), &body);
+    let reply = route(
+        &inner,
+        &user,
+        &method,
+        &path,
+        &Query::parse(&query),
+        accept.as_deref(),
+        content_type.as_deref(),
+        &body,
+    );
     match reply {
         Reply::Json(code, v) => {
             record(Some(&user), code);
@@ -293,18 +339,27 @@ async fn handle(inner: Arc<Inner>, peer: Option<PeerCert>, req: Request<Incoming
         Reply::Watch(rx) => {
             record(Some(&user), 200);
             let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-                rx.recv().await.map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+                rx.recv()
+                    .await
+                    .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
             });
             let mut r = Response::new(BodyExt::boxed_unsync(StreamBody::new(stream)));
-            r.headers_mut()
-                .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/json"),
+            );
             r
         }
     }
 }
 
 fn not_found_path() -> ApiError {
-    status::status(404, "NotFound", "the server could not find the requested resource", Some(json!({})))
+    status::status(
+        404,
+        "NotFound",
+        "the server could not find the requested resource",
+        Some(json!({})),
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -321,12 +376,18 @@ fn route(
     let reg = &inner.registry;
     let r = routes::route(reg, path);
     if !matches!(r, Route::Resource(_)) && method != "GET" {
-        return status::method_not_allowed(&format!("the server does not allow this method on the requested resource ({method} {path})")).into();
+        return status::method_not_allowed(&format!(
+            "the server does not allow this method on the requested resource ({method} {path})"
+        ))
+        .into();
     }
     match r {
         Route::Version => Reply::Json(200, discovery::version()),
         Route::Health => Reply::Text(200, "ok"),
-        Route::Api => Reply::Json(200, discovery::api_versions(&format!("127.0.0.1:{}", inner.port))),
+        Route::Api => Reply::Json(
+            200,
+            discovery::api_versions(&format!("127.0.0.1:{}", inner.port)),
+        ),
         Route::Apis => Reply::Json(200, discovery::api_group_list(reg)),
         Route::Group(g) => match discovery::api_group(reg, &g) {
             Some(d) => Reply::Json(200, d),
@@ -336,34 +397,22 @@ fn route(
             Some(d) => Reply::Json(200, d),
             None => not_found_path().into(),
         },
-        Route::Resource(rp) => match resource(inner, user, method, rp, q, accept, content_type, body) {
-            Ok(r) => r,
-            Err(e) => e.into(),
-        },
+        Route::Resource(rp) => {
+            match resource(inner, user, method, rp, q, accept, content_type, body) {
+                Ok(r) => r,
+                Err(e) => e.into(),
+            }
+        }
         Route::Unknown => not_found_path().into(),
     }
 }
 
-/// kube-apiserver's 403 text for a denied request
-/// (k8s.io/apiserver `pkg/endpoints/handlers/responsewriters/errors.go`, `forbiddenMessage`).
-fn forbidden_for(a: &Attributes, reason: &str) -> ApiError {
-    let resource = match &a.subresource {
-        Some(s) => format!("{}/{s}", a.resource),
-        None => a.resource.clone(),
-    };
-    let scope = match &a.namespace {
-        Some(ns) => format!("in the namespace \"{ns}\""),
-        None => "at the cluster scope".to_string(),
-    };
-    let mut why = format!(
-        "User \"{}\" cannot {} resource \"{resource}\" in API group \"{}\" {scope}",
-        a.user.name, a.verb, a.api_group
-    );
-    if !reason.is_empty() {
-        why.push_str(": ");
-        why.push_str(reason);
+/// A 403 with the whole message authz or admission rendered.
+fn forbidden(group: &str, resource: &str, name: &str, message: &str) -> ApiError {
+    ApiError {
+        code: 403,
+        body: authz::forbidden_status(group, resource, name, message),
     }
-    status::forbidden(&a.api_group, &a.resource, a.name.as_deref().unwrap_or(""), &why)
 }
 
 fn parse_json(body: &Bytes) -> Result<Value, ApiError> {
@@ -410,7 +459,10 @@ const BUILTIN_PATCH_TYPES: [&str; 3] = [
 ];
 /// What kube-apiserver lists for a custom resource (server-side apply is
 /// not served here, so it is not offered either).
-const CRD_PATCH_TYPES: [&str; 2] = ["application/json-patch+json", "application/merge-patch+json"];
+const CRD_PATCH_TYPES: [&str; 2] = [
+    "application/json-patch+json",
+    "application/merge-patch+json",
+];
 
 #[allow(clippy::too_many_arguments)]
 fn resource(
@@ -423,7 +475,11 @@ fn resource(
     content_type: Option<&str>,
     body: &Bytes,
 ) -> Result<Reply, ApiError> {
-    let Some(rt) = inner.registry.by_plural(&rp.group, &rp.version, &rp.plural).cloned() else {
+    let Some(rt) = inner
+        .registry
+        .by_plural(&rp.group, &rp.version, &rp.plural)
+        .cloned()
+    else {
         return Err(not_found_path());
     };
     if rp.namespace.is_some() && !rt.namespaced {
@@ -465,14 +521,24 @@ fn resource(
         field_selector: q.get("fieldSelector").map(str::to_string),
         label_selector: q.get("labelSelector").map(str::to_string),
     };
-    if let Decision::Deny(reason) = authz::authorize(&attrs, &inner.rbac, inner.node_mode) {
-        return Err(forbidden_for(&attrs, &reason));
+    if let Decision::Deny(message) = authz::authorize(&attrs, &inner.rbac, inner.node_mode) {
+        return Err(forbidden(
+            &rt.group,
+            &rt.plural,
+            &authz::effective_name(&attrs),
+            &message,
+        ));
     }
     let ns = rp.namespace.clone().unwrap_or_default();
     let name = rp.name.clone().unwrap_or_default();
     let version = rp.version.clone();
     let include = q.get("includeObject").unwrap_or("Metadata").to_string();
     let table = table::wants_table(accept);
+    let printer_columns = inner
+        .crds
+        .kind(&rt.group, &rt.kind)
+        .and_then(|k| k.version(&version))
+        .map(|v| v.printer_columns.clone());
 
     // Admission (NodeRestriction for node identities on Nodes) and CRD
     // validation, on the final object of a write.
@@ -484,13 +550,18 @@ fn resource(
         let sub = sub.clone();
         let version = version.clone();
         move |old: Option<&Value>, new: &mut Value| -> Result<(), ApiError> {
-            let n = new.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+            let n = new
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
             if is_node_write {
                 authz::admit_node_restriction(user, op, old, new, sub.as_deref(), &n)
-                    .map_err(|m| status::forbidden(&rt.group, &rt.plural, &n, &m))?;
+                    .map_err(|m| forbidden(&rt.group, &rt.plural, &n, &m))?;
             }
             if rt.crd {
-                crds.validate(&rt.group, &version, &rt.kind, new).map_err(invalid_to_api)?;
+                crds.validate(&rt.group, &version, &rt.kind, new)
+                    .map_err(invalid_to_api)?;
             }
             Ok(())
         }
@@ -504,7 +575,10 @@ fn resource(
             };
             let obj = at_version(&rt, &version, obj);
             if table {
-                return Ok(Reply::Json(200, table::table(&rt, &[obj], None, &include)));
+                return Ok(Reply::Json(
+                    200,
+                    table::table(&rt, &[obj], None, &include, printer_columns.as_deref()),
+                ));
             }
             Ok(Reply::Json(200, obj))
         }
@@ -512,9 +586,15 @@ fn resource(
             let (l, f) = selectors(q)?;
             let s = lock(&inner.store);
             let (items, rv) = s.list_at(&rt, rp.namespace.as_deref(), &l, &f);
-            let items: Vec<Value> = items.into_iter().map(|o| at_version(&rt, &version, o)).collect();
+            let items: Vec<Value> = items
+                .into_iter()
+                .map(|o| at_version(&rt, &version, o))
+                .collect();
             if table {
-                return Ok(Reply::Json(200, table::table(&rt, &items, Some(rv), &include)));
+                return Ok(Reply::Json(
+                    200,
+                    table::table(&rt, &items, Some(rv), &include, printer_columns.as_deref()),
+                ));
             }
             Ok(Reply::Json(
                 200,
@@ -529,7 +609,8 @@ fn resource(
         "watch" => {
             let (l, mut f) = selectors(q)?;
             if named {
-                f = FieldSelector::parse(&format!("metadata.name={name}")).map_err(|e| status::bad_request(&e.0))?;
+                f = FieldSelector::parse(&format!("metadata.name={name}"))
+                    .map_err(|e| status::bad_request(&e.0))?;
             }
             let start = match q.get("resourceVersion").unwrap_or("") {
                 "" | "0" => None,
@@ -552,27 +633,41 @@ fn resource(
                 bookmark_interval: inner.bookmark_interval,
                 timeout,
             };
-            Ok(Reply::Watch(watching::spawn(Arc::clone(&inner.store), spec)))
+            Ok(Reply::Watch(watching::spawn(
+                Arc::clone(&inner.store),
+                spec,
+            )))
         }
         "create" => {
             let obj = parse_json(body)?;
             check_kind(&rt, &version, &obj)?;
             let mut check = admit(Op::Create);
             let mut s = lock(&inner.store);
-            let created = s.create_at(&rt, &ns, at_version(&rt, &version, &obj), false, &mut check)?;
+            let created =
+                s.create_at(&rt, &ns, at_version(&rt, &version, &obj), false, &mut check)?;
             Ok(Reply::Json(201, at_version(&rt, &version, &created)))
         }
         "update" => {
             let obj = parse_json(body)?;
             check_kind(&rt, &version, &obj)?;
-            let mode = if sub.is_some() { UpdateMode::Status } else { UpdateMode::Main };
+            let mode = if sub.is_some() {
+                UpdateMode::Status
+            } else {
+                UpdateMode::Main
+            };
             let mut check = admit(Op::Update);
             let mut s = lock(&inner.store);
             let updated = s.update_at(&rt, &ns, &name, obj, mode, &mut check)?;
             Ok(Reply::Json(200, at_version(&rt, &version, &updated)))
         }
         "patch" => {
-            let ct = content_type.unwrap_or("").split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+            let ct = content_type
+                .unwrap_or("")
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase();
             let kind = match ct.as_str() {
                 "application/strategic-merge-patch+json" if !rt.crd => PatchKind::Strategic,
                 "application/merge-patch+json" => PatchKind::Merge,
@@ -580,7 +675,11 @@ fn resource(
                 _ if rt.crd => return Err(status::unsupported_media_type(&CRD_PATCH_TYPES)),
                 _ => return Err(status::unsupported_media_type(&BUILTIN_PATCH_TYPES)),
             };
-            let mode = if sub.is_some() { UpdateMode::Status } else { UpdateMode::Main };
+            let mode = if sub.is_some() {
+                UpdateMode::Status
+            } else {
+                UpdateMode::Main
+            };
             let mut check = admit(Op::Update);
             let mut s = lock(&inner.store);
             let Some(old) = s.get_at(&rt, &ns, &name) else {
@@ -588,9 +687,8 @@ fn resource(
             };
             let original = at_version(&rt, &version, old);
             let meta = patch::patch_meta_for(&rt.api_version(&version), &rt.kind);
-            let mut patched = patch::apply_patch(kind, &original, body, meta).map_err(|e| {
-                status::status(e.http_status(), e.reason(), &e.message(), None)
-            })?;
+            let mut patched = patch::apply_patch(kind, &original, body, meta)
+                .map_err(|e| status::status(e.http_status(), e.reason(), &e.message(), None))?;
             // A patch is unconditional unless it names a resourceVersion.
             let rv_missing = patched
                 .pointer("/metadata/resourceVersion")
@@ -608,14 +706,20 @@ fn resource(
             Ok(Reply::Json(200, at_version(&rt, &version, &updated)))
         }
         "delete" => {
-            let opts: Value = if body.is_empty() { json!({}) } else { parse_json(body)? };
+            let opts: Value = if body.is_empty() {
+                json!({})
+            } else {
+                parse_json(body)?
+            };
             let uid = opts.pointer("/preconditions/uid").and_then(Value::as_str);
-            let rv = opts.pointer("/preconditions/resourceVersion").and_then(Value::as_str);
+            let rv = opts
+                .pointer("/preconditions/resourceVersion")
+                .and_then(Value::as_str);
             let mut s = lock(&inner.store);
             if is_node_write {
                 if let Some(old) = s.get_at(&rt, &ns, &name) {
                     authz::admit_node_restriction(user, Op::Delete, Some(old), old, None, &name)
-                        .map_err(|m| status::forbidden(&rt.group, &rt.plural, &name, &m))?;
+                        .map_err(|m| forbidden(&rt.group, &rt.plural, &name, &m))?;
                 }
             }
             let deleted = s.delete_at(&rt, &ns, &name, uid, rv)?;
@@ -630,14 +734,23 @@ fn resource(
                 items
                     .iter()
                     .map(|o| {
-                        let g = |p: &str| o.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
+                        let g = |p: &str| {
+                            o.pointer(p)
+                                .and_then(Value::as_str)
+                                .unwrap_or("")
+                                .to_string()
+                        };
                         (g("/metadata/namespace"), g("/metadata/name"))
                     })
                     .collect()
             };
             let mut items = Vec::new();
             for (n_ns, n) in targets {
-                items.push(at_version(&rt, &version, &s.delete_at(&rt, &n_ns, &n, None, None)?));
+                items.push(at_version(
+                    &rt,
+                    &version,
+                    &s.delete_at(&rt, &n_ns, &n, None, None)?,
+                ));
             }
             let rv = s.resource_version();
             Ok(Reply::Json(
@@ -650,7 +763,10 @@ fn resource(
 }
 
 fn invalid_to_api(i: crate::schema::Invalid) -> ApiError {
-    ApiError { code: i.http_status(), body: i.status() }
+    ApiError {
+        code: i.http_status(),
+        body: i.status(),
+    }
 }
 
 /// Builds a server (`TestApiServer::builder()`).
@@ -705,7 +821,8 @@ impl Builder {
             .build()
             .map_err(|e| ServerError::Runtime(e.to_string()))?;
         let crds = CrdSet::upstream_shared().map_err(|e| ServerError::Schema(e.to_string()))?;
-        let rbac = Rbac::from_yaml(&self.rbac_yaml.join("\n---\n")).map_err(|e| ServerError::Rbac(format!("{e:?}")))?;
+        let rbac = Rbac::from_yaml(&self.rbac_yaml.join("\n---\n"))
+            .map_err(|e| ServerError::Rbac(format!("{e:?}")))?;
         let registry = Arc::new(Registry::new(crds, self.capi_versions.as_deref()));
         let ca = Ca::generate()?;
         let tls = ca.server_config()?;
@@ -715,6 +832,7 @@ impl Builder {
         };
         let port = listener.local_addr()?.port();
         let (conn_gen, _) = watch::channel(0);
+        let (open, _) = watch::channel(0);
         let mut store = Store::new(Arc::clone(&registry));
         for ns in ["default", "kube-system", "kube-node-lease", "kube-public"] {
             let _ = store.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}, "status": {"phase": "Active"}}));
@@ -735,12 +853,16 @@ impl Builder {
             log: Mutex::new(Vec::new()),
             accept: Mutex::new(None),
             conn_gen,
+            open,
             bookmark_interval: self.bookmark_interval,
             rt: runtime.handle().clone(),
         });
         let handle = runtime.spawn(accept_loop(Arc::clone(&inner), listener));
         *guard(&inner.accept) = Some(handle);
-        Ok(TestApiServer { inner, runtime: Some(runtime) })
+        Ok(TestApiServer {
+            inner,
+            runtime: Some(runtime),
+        })
     }
 }
 
@@ -809,7 +931,11 @@ impl TestApiServer {
         kubeconfig::inline(&self.url(), self.inner.ca.ca_pem(), cred)
     }
 
-    pub fn kubeconfig_files(&self, dir: &std::path::Path, cred: &ClientCert) -> std::io::Result<std::path::PathBuf> {
+    pub fn kubeconfig_files(
+        &self,
+        dir: &std::path::Path,
+        cred: &ClientCert,
+    ) -> std::io::Result<std::path::PathBuf> {
         kubeconfig::files(dir, &self.url(), self.inner.ca.ca_pem(), cred)
     }
 
@@ -846,18 +972,32 @@ impl TestApiServer {
         self.with_store(|s| s.put(obj))
     }
 
-    pub fn delete(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Result<Value, ApiError> {
+    pub fn delete(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Value, ApiError> {
         self.with_store(|s| s.delete(api_version, kind, namespace, name))
     }
 
     pub fn faults(&self) -> Faults {
-        Faults { state: Arc::clone(&self.inner.faults), server: Arc::clone(&self.inner) }
+        Faults {
+            state: Arc::clone(&self.inner.faults),
+            server: Arc::clone(&self.inner),
+        }
     }
 
     /// Runs `hook` on the store whenever a request with this method and a
     /// path starting with `path_prefix` arrives, before it is handled (after
     /// authentication): a concurrent writer between a client's read and write.
-    pub fn on_request(&self, method: &str, path_prefix: &str, hook: impl FnMut(&mut Store) + Send + 'static) {
+    pub fn on_request(
+        &self,
+        method: &str,
+        path_prefix: &str,
+        hook: impl FnMut(&mut Store) + Send + 'static,
+    ) {
         guard(&self.inner.hooks).push(Hook {
             method: method.to_string(),
             path_prefix: path_prefix.to_string(),

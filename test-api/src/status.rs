@@ -14,7 +14,11 @@ pub struct ApiError {
 
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let msg = self.body.get("message").and_then(Value::as_str).unwrap_or("");
+        let msg = self
+            .body
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("");
         write!(f, "{} {}", self.code, msg)
     }
 }
@@ -68,7 +72,10 @@ pub fn already_exists(group: &str, resource: &str, name: &str) -> ApiError {
     status(
         409,
         "AlreadyExists",
-        &format!("{} \"{name}\" already exists", group_resource(group, resource)),
+        &format!(
+            "{} \"{name}\" already exists",
+            group_resource(group, resource)
+        ),
         Some(details(group, resource, name)),
     )
 }
@@ -108,19 +115,15 @@ pub fn unauthorized() -> ApiError {
     status(401, "Unauthorized", "Unauthorized", None)
 }
 
-/// `errors.NewForbidden`: `nodes "b" is forbidden: <why>`.
-pub fn forbidden(group: &str, resource: &str, name: &str, why: &str) -> ApiError {
-    let gr = group_resource(group, resource);
-    let message = if name.is_empty() {
-        format!("{gr} is forbidden: {why}")
-    } else {
-        format!("{gr} \"{name}\" is forbidden: {why}")
-    };
-    status(403, "Forbidden", &message, Some(details(group, resource, name)))
-}
-
 /// A 422 with one field cause (`errors.NewInvalid`).
-pub fn invalid(group: &str, kind: &str, name: &str, field: &str, value: &str, detail: &str) -> ApiError {
+pub fn invalid(
+    group: &str,
+    kind: &str,
+    name: &str,
+    field: &str,
+    value: &str,
+    detail: &str,
+) -> ApiError {
     let gk = if group.is_empty() {
         kind.to_string()
     } else {
@@ -176,5 +179,10 @@ pub fn success(group: &str, resource: &str, name: &str, uid: &str) -> Value {
 }
 
 pub fn internal(message: &str) -> ApiError {
-    status(500, "InternalError", &format!("Internal error occurred: {message}"), None)
+    status(
+        500,
+        "InternalError",
+        &format!("Internal error occurred: {message}"),
+        None,
+    )
 }

@@ -243,7 +243,11 @@ impl Store {
         ObjKey {
             group: rt.group.clone(),
             plural: rt.plural.clone(),
-            namespace: if rt.namespaced { namespace.to_string() } else { String::new() },
+            namespace: if rt.namespaced {
+                namespace.to_string()
+            } else {
+                String::new()
+            },
             name: name.to_string(),
         }
     }
@@ -284,7 +288,9 @@ impl Store {
         check: Check<'_>,
     ) -> Result<Value, ApiError> {
         if !obj.is_object() {
-            return Err(status::bad_request("the object provided is not a JSON object"));
+            return Err(status::bad_request(
+                "the object provided is not a JSON object",
+            ));
         }
         let mut name = meta_str(&obj, "name").unwrap_or("").to_string();
         if name.is_empty() {
@@ -314,15 +320,22 @@ impl Store {
                 ));
             }
             if namespace.is_empty() {
-                return Err(status::bad_request("a namespace is required for a namespaced resource"));
+                return Err(status::bad_request(
+                    "a namespace is required for a namespaced resource",
+                ));
             }
         }
         let key = Self::key(rt, namespace, &name);
         if self.objects.contains_key(&key) {
             return Err(status::already_exists(&rt.group, &rt.plural, &name));
         }
-        let version = split_api_version(obj.get("apiVersion").and_then(Value::as_str).unwrap_or("")).1;
-        let version = if rt.serves(version) { version.to_string() } else { rt.preferred_version().to_string() };
+        let version =
+            split_api_version(obj.get("apiVersion").and_then(Value::as_str).unwrap_or("")).1;
+        let version = if rt.serves(version) {
+            version.to_string()
+        } else {
+            rt.preferred_version().to_string()
+        };
         obj = at_version(rt, &version, &obj);
         set_meta(&mut obj, "name", json!(name));
         if rt.namespaced {
@@ -365,7 +378,9 @@ impl Store {
             return Err(status::not_found(&rt.group, &rt.plural, name));
         };
         if !new.is_object() {
-            return Err(status::bad_request("the object provided is not a JSON object"));
+            return Err(status::bad_request(
+                "the object provided is not a JSON object",
+            ));
         }
         match meta_str(&new, "name") {
             Some(n) if n != name => {
@@ -376,7 +391,9 @@ impl Store {
             _ => {}
         }
         if rt.namespaced {
-            if let Some(ns) = meta_str(&new, "namespace").filter(|n| !n.is_empty() && *n != namespace) {
+            if let Some(ns) =
+                meta_str(&new, "namespace").filter(|n| !n.is_empty() && *n != namespace)
+            {
                 return Err(status::bad_request(&format!(
                     "the namespace of the object ({ns}) does not match the namespace on the URL ({namespace})"
                 )));
@@ -398,7 +415,10 @@ impl Store {
             }
             _ => {}
         }
-        let version = split_api_version(old.get("apiVersion").and_then(Value::as_str).unwrap_or("")).1.to_string();
+        let version =
+            split_api_version(old.get("apiVersion").and_then(Value::as_str).unwrap_or(""))
+                .1
+                .to_string();
         let mut fin = match (mode, rt.status_subresource) {
             (UpdateMode::Main, true) => {
                 let mut f = new;
@@ -433,18 +453,37 @@ impl Store {
             _ => new,
         };
         fin = at_version(rt, &version, &fin);
-        for field in ["name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "generation"] {
+        for field in [
+            "name",
+            "namespace",
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "generation",
+        ] {
             match meta(&old).and_then(|m| m.get(field)) {
                 Some(v) => set_meta(&mut fin, field, v.clone()),
                 None => remove_meta(&mut fin, field),
             }
         }
         if rt.crd {
-            let gen = meta(&old).and_then(|m| m.get("generation")).and_then(Value::as_i64).unwrap_or(1);
-            let changed = spec_part(&old, rt.status_subresource) != spec_part(&fin, rt.status_subresource);
-            set_meta(&mut fin, "generation", json!(if changed { gen + 1 } else { gen }));
+            let gen = meta(&old)
+                .and_then(|m| m.get("generation"))
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            let changed =
+                spec_part(&old, rt.status_subresource) != spec_part(&fin, rt.status_subresource);
+            set_meta(
+                &mut fin,
+                "generation",
+                json!(if changed { gen + 1 } else { gen }),
+            );
         }
-        set_meta(&mut fin, "resourceVersion", old["metadata"]["resourceVersion"].clone());
+        set_meta(
+            &mut fin,
+            "resourceVersion",
+            old["metadata"]["resourceVersion"].clone(),
+        );
         check(Some(&old), &mut fin)?;
         if without_rv(&fin) == without_rv(&old) {
             // kube-apiserver skips the write of an unchanged object: no new
@@ -453,7 +492,8 @@ impl Store {
         }
         self.rv += 1;
         set_meta(&mut fin, "resourceVersion", json!(self.rv.to_string()));
-        if meta(&fin).is_some_and(|m| m.contains_key("deletionTimestamp")) && !has_finalizers(&fin) {
+        if meta(&fin).is_some_and(|m| m.contains_key("deletionTimestamp")) && !has_finalizers(&fin)
+        {
             self.objects.remove(&key);
             self.record(EventType::Deleted, key, &fin, Some(old));
             return Ok(fin);
@@ -488,7 +528,8 @@ impl Store {
                 ),
             ));
         }
-        if let Some(r) = resource_version.filter(|r| Some(*r) != meta_str(&old, "resourceVersion")) {
+        if let Some(r) = resource_version.filter(|r| Some(*r) != meta_str(&old, "resourceVersion"))
+        {
             return Err(status::conflict_with(
                 &rt.group,
                 &rt.plural,
@@ -521,7 +562,11 @@ impl Store {
         self.registry
             .by_kind(api_version, kind)
             .cloned()
-            .ok_or_else(|| status::bad_request(&format!("no kind {kind:?} is registered for version {api_version:?}")))
+            .ok_or_else(|| {
+                status::bad_request(&format!(
+                    "no kind {kind:?} is registered for version {api_version:?}"
+                ))
+            })
     }
 
     fn ident(obj: &Value) -> (String, String, String, String) {
@@ -538,7 +583,11 @@ impl Store {
     pub fn create(&mut self, obj: Value) -> Result<Value, ApiError> {
         let (av, kind, ns, _) = Self::ident(&obj);
         let rt = self.resolve(&av, &kind)?;
-        let ns = if rt.namespaced && ns.is_empty() { "default".to_string() } else { ns };
+        let ns = if rt.namespaced && ns.is_empty() {
+            "default".to_string()
+        } else {
+            ns
+        };
         self.create_at(&rt, &ns, obj, true, &mut |_, _| Ok(()))
     }
 
@@ -546,7 +595,8 @@ impl Store {
     pub fn get(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Option<Value> {
         let rt = self.registry.by_kind(api_version, kind)?;
         let version = split_api_version(api_version).1;
-        self.get_at(rt, namespace, name).map(|o| at_version(rt, version, o))
+        self.get_at(rt, namespace, name)
+            .map(|o| at_version(rt, version, o))
     }
 
     /// Replaces `obj` as the test: spec and status both change; a
@@ -557,7 +607,13 @@ impl Store {
         self.update_at(&rt, &ns, &name, obj, UpdateMode::Root, &mut |_, _| Ok(()))
     }
 
-    pub fn delete(&mut self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Result<Value, ApiError> {
+    pub fn delete(
+        &mut self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Value, ApiError> {
         let rt = self.resolve(api_version, kind)?;
         self.delete_at(&rt, namespace, name, None, None)
     }
@@ -568,7 +624,139 @@ impl Store {
             return Vec::new();
         };
         let version = split_api_version(api_version).1;
-        let (items, _) = self.list_at(rt, None, &LabelSelector::default(), &FieldSelector::default());
-        items.into_iter().map(|o| at_version(rt, version, o)).collect()
+        let (items, _) = self.list_at(
+            rt,
+            None,
+            &LabelSelector::default(),
+            &FieldSelector::default(),
+        );
+        items
+            .into_iter()
+            .map(|o| at_version(rt, version, o))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::CrdSet;
+
+    fn store() -> Store {
+        let crds = CrdSet::upstream_shared().unwrap();
+        Store::new(Arc::new(Registry::new(crds, None)))
+    }
+
+    fn machine(name: &str) -> Value {
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+               "metadata": {"name": name, "namespace": "default"},
+               "spec": {"clusterName": "c1"}, "status": {"phase": "Pending"}})
+    }
+
+    #[test]
+    fn one_counter_for_every_write_and_no_write_for_no_change() {
+        let mut s = store();
+        let a = s
+            .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a"}}))
+            .unwrap();
+        let b = s.create(json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "a", "namespace": "kube-node-lease"}})).unwrap();
+        let rv = |o: &Value| {
+            o["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        };
+        assert_eq!(rv(&b), rv(&a) + 1);
+        assert_eq!(s.resource_version(), rv(&b));
+        let same = s.put(a.clone()).unwrap();
+        assert_eq!(rv(&same), rv(&a), "an unchanged object was written");
+        assert_eq!(s.resource_version(), rv(&b));
+        let mut stale = a.clone();
+        stale["metadata"]["labels"] = json!({"x": "y"});
+        s.put(stale.clone()).unwrap();
+        let e = s.put(stale).unwrap_err();
+        assert_eq!(e.code, 409);
+    }
+
+    #[test]
+    fn generation_counts_spec_changes_of_custom_resources() {
+        let mut s = store();
+        let m = s.create(machine("m")).unwrap();
+        assert_eq!(m["metadata"]["generation"], 1);
+        assert_eq!(m["status"]["phase"], "Pending", "a test seeds status");
+        let mut m2 = m.clone();
+        m2["status"]["phase"] = json!("Running");
+        m2["metadata"]["labels"] = json!({"a": "b"});
+        let m2 = s.put(m2).unwrap();
+        assert_eq!(m2["metadata"]["generation"], 1);
+        let mut m3 = m2.clone();
+        m3["spec"]["clusterName"] = json!("c2");
+        assert_eq!(s.put(m3).unwrap()["metadata"]["generation"], 2);
+    }
+
+    #[test]
+    fn finalizers_hold_a_deletion() {
+        let mut s = store();
+        let mut m = machine("m");
+        m["metadata"]["finalizers"] = json!(["example.com/f"]);
+        s.create(m).unwrap();
+        let d = s
+            .delete("cluster.x-k8s.io/v1beta2", "Machine", "default", "m")
+            .unwrap();
+        assert!(d["metadata"]["deletionTimestamp"].is_string());
+        let mut held = s
+            .get("cluster.x-k8s.io/v1beta2", "Machine", "default", "m")
+            .unwrap();
+        held["metadata"]["finalizers"] = json!([]);
+        s.put(held).unwrap();
+        assert!(s
+            .get("cluster.x-k8s.io/v1beta2", "Machine", "default", "m")
+            .is_none());
+        let kinds: Vec<EventType> = s.changes_since(0).unwrap().iter().map(|c| c.kind).collect();
+        assert_eq!(
+            kinds,
+            [EventType::Added, EventType::Modified, EventType::Deleted]
+        );
+    }
+
+    #[test]
+    fn compaction_expires_older_resource_versions() {
+        let mut s = store();
+        s.create(machine("a")).unwrap();
+        let before = s.resource_version();
+        s.create(machine("b")).unwrap();
+        assert_eq!(s.changes_since(before).unwrap().len(), 1);
+        s.compact();
+        assert_eq!(s.changes_since(before).err(), Some(s.resource_version()));
+        assert!(s.changes_since(s.resource_version()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn bad_writes_change_nothing() {
+        let mut s = store();
+        let rv = s.resource_version();
+        assert_eq!(
+            s.create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {}}))
+                .unwrap_err()
+                .code,
+            422
+        );
+        assert_eq!(
+            s.create(json!({"apiVersion": "v9", "kind": "Nope"}))
+                .unwrap_err()
+                .code,
+            400
+        );
+        s.create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a"}}))
+            .unwrap();
+        let e = s
+            .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a"}}))
+            .unwrap_err();
+        assert_eq!(
+            (e.code, e.body["message"].as_str().unwrap()),
+            (409, "nodes \"a\" already exists")
+        );
+        assert_eq!(s.resource_version(), rv + 1);
     }
 }

@@ -9,10 +9,15 @@ use std::time::{Duration, SystemTime};
 use serde_json::{json, Value};
 
 use crate::resources::ResourceType;
+use crate::schema::PrinterColumn;
 
 /// Does the Accept header ask for a Table?
 pub fn wants_table(accept: Option<&str>) -> bool {
-    accept.is_some_and(|a| a.split(',').next().is_some_and(|first| first.contains("as=Table")))
+    accept.is_some_and(|a| {
+        a.split(',')
+            .next()
+            .is_some_and(|first| first.contains("as=Table"))
+    })
 }
 
 /// kubectl's `duration.HumanDuration` (k8s.io/apimachinery `pkg/util/duration`).
@@ -36,7 +41,9 @@ pub fn human_duration(d: Duration) -> String {
 }
 
 fn age(obj: &Value) -> String {
-    let ts = obj.pointer("/metadata/creationTimestamp").and_then(Value::as_str);
+    let ts = obj
+        .pointer("/metadata/creationTimestamp")
+        .and_then(Value::as_str);
     match ts.and_then(|t| humantime::parse_rfc3339(t).ok()) {
         Some(t) => human_duration(SystemTime::now().duration_since(t).unwrap_or_default()),
         None => "<unknown>".to_string(),
@@ -47,7 +54,10 @@ fn node_status(obj: &Value) -> String {
     let ready = obj
         .pointer("/status/conditions")
         .and_then(Value::as_array)
-        .and_then(|cs| cs.iter().find(|c| c.get("type").and_then(Value::as_str) == Some("Ready")))
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c.get("type").and_then(Value::as_str) == Some("Ready"))
+        })
         .and_then(|c| c.get("status").and_then(Value::as_str));
     let mut s = match ready {
         Some("True") => "Ready".to_string(),
@@ -95,8 +105,78 @@ fn row_object(obj: &Value, include: &str) -> Value {
     }
 }
 
-/// A Table of `items`; `include` is the `includeObject` parameter.
-pub fn table(rt: &ResourceType, items: &[Value], resource_version: Option<u64>, include: &str) -> Value {
+/// The subset of JSONPath the released CRDs' printer columns use: `.a.b`
+/// and `.list[?(@.key=="value")].field`.
+pub fn json_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut cur = obj;
+    let mut rest = path.strip_prefix('.')?;
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix("[?(@.") {
+            let (cond, after) = r.split_once(")]")?;
+            let (key, want) = cond.split_once("==")?;
+            let want = want.trim().trim_matches('"').trim_matches('\'');
+            cur = cur
+                .as_array()?
+                .iter()
+                .find(|e| e.get(key.trim()).and_then(Value::as_str) == Some(want))?;
+            rest = after.strip_prefix('.').unwrap_or(after);
+            continue;
+        }
+        let end = rest.find(['.', '[']).unwrap_or(rest.len());
+        let (field, after) = rest.split_at(end);
+        cur = cur.get(field)?;
+        rest = after.strip_prefix('.').unwrap_or(after);
+    }
+    Some(cur)
+}
+
+/// A cell as apiextensions' table convertor fills it: dates as ages,
+/// missing values as null (kubectl prints `<none>`).
+fn crd_cell(obj: &Value, c: &PrinterColumn) -> Value {
+    match json_path(obj, &c.json_path) {
+        None => Value::Null,
+        Some(Value::String(t)) if c.ty == "date" => match humantime::parse_rfc3339(t) {
+            Ok(t) => json!(human_duration(
+                SystemTime::now().duration_since(t).unwrap_or_default()
+            )),
+            Err(_) => json!(t),
+        },
+        Some(v) => v.clone(),
+    }
+}
+
+/// A Table of `items`; `include` is the `includeObject` parameter;
+/// `printer_columns` are a custom resource's `additionalPrinterColumns`.
+pub fn table(
+    rt: &ResourceType,
+    items: &[Value],
+    resource_version: Option<u64>,
+    include: &str,
+    printer_columns: Option<&[PrinterColumn]>,
+) -> Value {
+    if let Some(cols) = printer_columns.filter(|c| !c.is_empty()) {
+        let mut defs = vec![col(
+            "Name",
+            "name",
+            "Name must be unique within a namespace.",
+        )];
+        defs.extend(cols.iter().map(|c| {
+            json!({"name": c.name, "type": c.ty, "format": c.format, "description": c.description, "priority": c.priority})
+        }));
+        let rows: Vec<Value> = items
+            .iter()
+            .map(|o| {
+                let mut cells = vec![o.pointer("/metadata/name").cloned().unwrap_or(Value::Null)];
+                cells.extend(cols.iter().map(|c| crd_cell(o, c)));
+                json!({"cells": cells, "object": row_object(o, include)})
+            })
+            .collect();
+        let mut metadata = json!({});
+        if let Some(rv) = resource_version {
+            metadata["resourceVersion"] = json!(rv.to_string());
+        }
+        return json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "columnDefinitions": defs, "rows": rows});
+    }
     let node = rt.group.is_empty() && rt.plural == "nodes";
     let columns = if node {
         vec![
@@ -122,7 +202,9 @@ pub fn table(rt: &ResourceType, items: &[Value], resource_version: Option<u64>, 
                     node_status(o),
                     node_roles(o),
                     age(o),
-                    o.pointer("/status/nodeInfo/kubeletVersion").and_then(Value::as_str).unwrap_or("")
+                    o.pointer("/status/nodeInfo/kubeletVersion")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
                 ])
             } else {
                 json!([name, age(o)])
@@ -140,6 +222,7 @@ pub fn table(rt: &ResourceType, items: &[Value], resource_version: Option<u64>, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn durations_as_kubectl_prints_them() {
@@ -150,8 +233,25 @@ mod tests {
     }
 
     #[test]
+    fn json_paths_of_printer_columns() {
+        let o = json!({"status": {"nodeRef": {"name": "w1"}, "conditions": [{"type": "Ready", "status": "True"}, {"type": "Available", "status": "False"}]}});
+        assert_eq!(json_path(&o, ".status.nodeRef.name"), Some(&json!("w1")));
+        assert_eq!(
+            json_path(&o, ".status.conditions[?(@.type==\"Available\")].status"),
+            Some(&json!("False"))
+        );
+        assert_eq!(
+            json_path(&o, ".status.conditions[?(@.type==\"Paused\")].status"),
+            None
+        );
+        assert_eq!(json_path(&o, ".spec.version"), None);
+    }
+
+    #[test]
     fn accept_header() {
-        assert!(wants_table(Some("application/json;as=Table;v=v1;g=meta.k8s.io,application/json")));
+        assert!(wants_table(Some(
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+        )));
         assert!(!wants_table(Some("application/json")));
         assert!(!wants_table(None));
     }

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
-    KeyPair, KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -47,14 +47,23 @@ pub struct Ca {
 
 impl Ca {
     pub fn generate() -> Result<Ca, TlsError> {
-        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(gen_err("the CA key"))?;
+        let key =
+            KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(gen_err("the CA key"))?;
         let mut params = CertificateParams::default();
         let mut dn = DistinguishedName::new();
-        dn.push(DnType::CommonName, format!("test-api CA {:08x}", fastrand::u32(..)));
+        dn.push(
+            DnType::CommonName,
+            format!("test-api CA {:08x}", fastrand::u32(..)),
+        );
         params.distinguished_name = dn;
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
-        let cert = params.self_signed(&key).map_err(gen_err("the CA certificate"))?;
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let cert = params
+            .self_signed(&key)
+            .map_err(gen_err("the CA certificate"))?;
         Ok(Ca {
             issuer: Issuer::new(params, key),
             ca_pem: cert.pem(),
@@ -66,19 +75,34 @@ impl Ca {
         &self.ca_pem
     }
 
-    fn leaf(&self, dn: DistinguishedName, eku: ExtendedKeyUsagePurpose, sans: Vec<SanType>) -> Result<ClientCert, TlsError> {
-        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(gen_err("a leaf key"))?;
+    fn leaf(
+        &self,
+        dn: DistinguishedName,
+        eku: ExtendedKeyUsagePurpose,
+        sans: Vec<SanType>,
+    ) -> Result<ClientCert, TlsError> {
+        let key =
+            KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(gen_err("a leaf key"))?;
         let serial = self.next_serial.fetch_add(1, Ordering::Relaxed);
         let mut params = CertificateParams::default();
         params.distinguished_name = dn;
         params.is_ca = IsCa::ExplicitNoCa;
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
         params.extended_key_usages = vec![eku];
         params.subject_alt_names = sans;
         params.serial_number = Some(rcgen::SerialNumber::from(serial));
         params.use_authority_key_identifier_extension = true;
-        let cert = params.signed_by(&key, &self.issuer).map_err(gen_err("a leaf certificate"))?;
-        Ok(ClientCert { cert_pem: cert.pem(), key_pem: key.serialize_pem(), serial })
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .map_err(gen_err("a leaf certificate"))?;
+        Ok(ClientCert {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            serial,
+        })
     }
 
     /// CN = `user`, one O per group. rcgen keeps one value per attribute
@@ -119,10 +143,11 @@ impl Ca {
             .add(CertificateDer::from_pem_slice(self.ca_pem.as_bytes()).map_err(cfg)?)
             .map_err(|e| TlsError::Config(e.to_string()))?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(&provider))
-            .allow_unauthenticated()
-            .build()
-            .map_err(|e| TlsError::Config(e.to_string()))?;
+        let verifier =
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(&provider))
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| TlsError::Config(e.to_string()))?;
         let mut config = ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::Config(e.to_string()))?

@@ -54,7 +54,11 @@ impl WatchSpec {
         if c.key.group != self.rt.group || c.key.plural != self.rt.plural {
             return None;
         }
-        if self.namespace.as_ref().is_some_and(|ns| *ns != c.key.namespace) {
+        if self
+            .namespace
+            .as_ref()
+            .is_some_and(|ns| *ns != c.key.namespace)
+        {
             return None;
         }
         let now = self.selects(&c.obj);
@@ -136,7 +140,10 @@ async fn run(store: Arc<Mutex<Store>>, spec: WatchSpec, tx: mpsc::Sender<Bytes>)
                 Err(oldest) => Err(expired_line(cursor, oldest)),
                 Ok(changes) => {
                     cursor = cursor.max(s.resource_version());
-                    Ok(changes.iter().filter_map(|c| spec.event(c)).collect::<Vec<_>>())
+                    Ok(changes
+                        .iter()
+                        .filter_map(|c| spec.event(c))
+                        .collect::<Vec<_>>())
                 }
             }
         };

@@ -3,15 +3,16 @@
 //! in `test-api/data/crds/` (each file's header names repository, tag and path).
 //!
 //! `validate` = prune unknown fields → defaults → drop non-nullable nulls →
-//! apiVersion/kind check → OpenAPI checks → list-type uniqueness → CEL rules
+//! apiVersion/kind check → ObjectMeta (as on create) → OpenAPI checks → list-type uniqueness → CEL rules
 //! (those `cel` knows; skipped, with upstream's extra cause, after a blocking
-//! error). Not done here: ObjectMeta validation (name, labels: api-core's),
+//! error). Not done here: the ObjectMeta update rules (immutable fields: the store's),
 //! validation ratcheting on update (1.30+ lets unchanged invalid fields pass),
 //! `anyOf`/`allOf`/`oneOf`/`not`, string formats other than `date-time`,
 //! `multipleOf`, `uniqueItems`, and `metadata` inside embedded resources.
 
 mod cel;
 mod errors;
+mod metadata;
 mod prune;
 mod structural;
 mod validate;
@@ -19,7 +20,9 @@ mod validate;
 use serde::Deserialize;
 use serde_json::Value;
 
+pub(crate) use errors::go_quote;
 pub use errors::{BadValue, ErrorType, FieldError, Invalid};
+pub use metadata::validate_object_meta;
 use structural::Schema;
 
 /// The stored CRDs; `CrdSet::upstream` loads them.
@@ -371,7 +374,11 @@ impl CrdSet {
         prune::apply_defaults(obj, schema);
         prune::drop_nulls(obj, schema);
 
-        let mut errs = Vec::new();
+        // customResourceValidator.Validate: ObjectMeta first, then the schema.
+        let mut errs = metadata::validate_object_meta(
+            obj.get("metadata"),
+            crd.kind.scope == Scope::Namespaced,
+        );
         validate::openapi(obj, schema, "", &mut errs);
         validate::list_types(obj, schema, "", &mut errs);
         let mut rules = Vec::new();

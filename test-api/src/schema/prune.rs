@@ -4,85 +4,88 @@
 //! `pkg/apiserver/schema/pruning/algorithm.go`, `pkg/apiserver/schema/defaulting/algorithm.go`
 //! and `prunenulls.go`.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use super::structural::{join, Schema};
+use super::structural::{join, AdditionalProperties, Schema};
 
-/// Removes fields the schema does not know; returns their paths
+/// Removes fields the schema does not know; returns their paths, sorted
 /// (`spec.foo`, `status.conditions[0].bar`), which kube-apiserver reports as
-/// `unknown field "…"` warnings.
+/// `unknown field "…"` warnings. The root counts as an embedded resource:
+/// its apiVersion, kind and metadata stay.
 pub(crate) fn prune(obj: &mut Value, schema: &Schema) -> Vec<String> {
     let mut pruned = Vec::new();
-    prune_value(obj, Some(schema), true, "", &mut pruned);
+    walk(obj, Some(schema), true, false, "", &mut pruned);
+    pruned.sort();
     pruned
 }
 
-fn prune_value(
+const META_FIELDS: &[&str] = &["apiVersion", "kind", "metadata"];
+
+/// `prune` (skip = false) and `skipPrune` (skip = true: below
+/// x-kubernetes-preserve-unknown-fields, unknown fields stay but known ones
+/// are still pruned inside).
+fn walk(
     v: &mut Value,
     s: Option<&Schema>,
-    resource_root: bool,
+    embedded: bool,
+    skip: bool,
     path: &str,
     out: &mut Vec<String>,
 ) {
+    let skip = skip || s.is_some_and(|s| s.preserves_unknown());
+    if skip && s.is_none() {
+        return;
+    }
     match v {
-        Value::Object(m) => prune_object(m, s, resource_root, path, out),
+        Value::Object(m) => {
+            let Some(s) = s else {
+                for k in m.keys() {
+                    out.push(join(path, k));
+                }
+                m.clear();
+                return;
+            };
+            let mut drop = Vec::new();
+            for (k, child) in m.iter_mut() {
+                if embedded && META_FIELDS.contains(&k.as_str()) {
+                    continue;
+                }
+                let cpath = join(path, k);
+                if let Some(p) = s.properties.get(k) {
+                    walk(child, Some(p), p.embedded_resource, false, &cpath, out);
+                } else if let Some(a) = &s.additional_properties {
+                    // additionalProperties: true has no schema: its values are pruned bare.
+                    let a = match a {
+                        AdditionalProperties::Schema(a) => Some(a.as_ref()),
+                        AdditionalProperties::Bool(_) => None,
+                    };
+                    walk(
+                        child,
+                        a,
+                        a.is_some_and(|a| a.embedded_resource),
+                        false,
+                        &cpath,
+                        out,
+                    );
+                } else if !skip {
+                    if !META_FIELDS.contains(&k.as_str()) || !path.is_empty() {
+                        out.push(cpath);
+                    }
+                    drop.push(k.clone());
+                }
+            }
+            for k in drop {
+                m.remove(&k);
+            }
+        }
         Value::Array(a) => {
             let items = s.and_then(|s| s.items.as_deref());
-            // An array without an item schema keeps its items only under
-            // x-kubernetes-preserve-unknown-fields (then s is the preserving node).
-            if items.is_none() && s.is_some_and(|s| s.preserves_unknown()) {
-                return;
-            }
             for (i, item) in a.iter_mut().enumerate() {
                 let embedded = items.is_some_and(|s| s.embedded_resource);
-                prune_value(item, items, embedded, &format!("{path}[{i}]"), out);
+                walk(item, items, embedded, skip, &format!("{path}[{i}]"), out);
             }
         }
         _ => {}
-    }
-}
-
-fn prune_object(
-    m: &mut Map<String, Value>,
-    s: Option<&Schema>,
-    resource_root: bool,
-    path: &str,
-    out: &mut Vec<String>,
-) {
-    let Some(s) = s else {
-        // No schema at all below a known field: everything goes.
-        for k in m.keys() {
-            out.push(join(path, k));
-        }
-        m.clear();
-        return;
-    };
-    let addl = s.additional_schema();
-    let addl_allows_all = matches!(
-        s.additional_properties,
-        Some(super::structural::AdditionalProperties::Bool(true))
-    );
-    let mut drop = Vec::new();
-    for (k, child) in m.iter_mut() {
-        // apiVersion, kind and metadata of a resource (the root or an embedded
-        // one) are kept: ObjectMeta is handled by its own code upstream.
-        if resource_root && (k == "apiVersion" || k == "kind" || k == "metadata") {
-            continue;
-        }
-        let cpath = join(path, k);
-        if let Some(p) = s.properties.get(k) {
-            prune_value(child, Some(p), p.embedded_resource, &cpath, out);
-        } else if let Some(a) = addl {
-            prune_value(child, Some(a), a.embedded_resource, &cpath, out);
-        } else if s.preserves_unknown() || addl_allows_all {
-            // Unknown but preserved: kept whole.
-        } else {
-            drop.push(k.clone());
-        }
-    }
-    for k in drop {
-        m.remove(&k);
-        out.push(join(path, &k));
     }
 }
 
@@ -108,6 +111,7 @@ pub(crate) fn apply_defaults(v: &mut Value, s: &Schema) {
                 if let Some(p) = s.properties.get(k) {
                     apply_defaults(child, p);
                 } else if let Some(a) = addl {
+                    default_null(child, a);
                     apply_defaults(child, a);
                 }
             }
@@ -115,11 +119,19 @@ pub(crate) fn apply_defaults(v: &mut Value, s: &Schema) {
         Value::Array(a) => {
             if let Some(items) = s.items.as_deref() {
                 for item in a.iter_mut() {
+                    default_null(item, items);
                     apply_defaults(item, items);
                 }
             }
         }
         _ => {}
+    }
+}
+
+/// `isNonNullableNull`: a null where a non-nullable schema has a default.
+fn default_null(v: &mut Value, s: &Schema) {
+    if let (Value::Null, false, Some(d)) = (&*v, s.nullable, &s.default) {
+        *v = d.clone();
     }
 }
 

@@ -16,40 +16,37 @@ use super::cel::{self, RuleOutcome};
 use super::errors::{BadValue, ErrorType, FieldError};
 use super::structural::{join, Schema};
 
-/// The OpenAPI pass.
+/// The OpenAPI pass, in kube-openapi's validator order: type, string,
+/// format, number, array (items first), enum, object.
 pub(crate) fn openapi(v: &Value, s: &Schema, path: &str, errs: &mut Vec<FieldError>) {
     if v.is_null() {
+        // Only the type and enum validators look at a null.
         if !s.nullable && (s.ty.is_some() || s.int_or_string) {
-            type_error(v, s, path, errs);
+            errs.push(type_error(path, &types(s).join(","), "null"));
         }
+        check_enum(v, s, path, errs);
         return;
     }
-    if !type_matches(v, s) {
-        type_error(v, s, path, errs);
-        return;
+    if let Some(e) = type_check(v, s, path) {
+        errs.push(e);
     }
     if let Value::String(st) = v {
+        // The string validator stops at its first failure.
         let chars = st.chars().count() as u64;
-        if let Some(max) = s.max_length {
-            if chars > max {
-                errs.push(FieldError::new(
-                    ErrorType::TooLong,
-                    path,
-                    BadValue::Omitted,
-                    format!("may not be more than {max} bytes"),
-                ));
-            }
-        }
-        if let Some(min) = s.min_length {
-            if chars < min {
-                errs.push(invalid(
-                    path,
-                    v.clone(),
-                    format!("{path} in body should be at least {min} chars long"),
-                ));
-            }
-        }
-        if let (Some(p), Some(re)) = (&s.pattern, &s.pattern_re) {
+        if let Some(max) = s.max_length.filter(|m| chars > *m) {
+            errs.push(FieldError::new(
+                ErrorType::TooLong,
+                path,
+                BadValue::Omitted,
+                format!("may not be more than {max} bytes"),
+            ));
+        } else if let Some(min) = s.min_length.filter(|m| chars < *m) {
+            errs.push(invalid(
+                path,
+                v.clone(),
+                format!("{path} in body should be at least {min} chars long"),
+            ));
+        } else if let (Some(p), Some(re)) = (&s.pattern, &s.pattern_re) {
             if !re.is_match(st) {
                 errs.push(invalid(
                     path,
@@ -58,115 +55,76 @@ pub(crate) fn openapi(v: &Value, s: &Schema, path: &str, errs: &mut Vec<FieldErr
                 ));
             }
         }
-        // Only date-time is checked of the formats kube-apiserver knows; the
-        // CRDs here use no other string format.
-        if s.format.as_deref() == Some("date-time") && !is_date_time(st) {
+        // Of the formats kube-apiserver keeps, the stored CRDs use only date-time.
+        if supported_format(s) == Some("datetime") && !is_date_time(st) {
             errs.push(FieldError::new(
                 ErrorType::TypeInvalid,
                 path,
                 BadValue::Json(v.clone()),
                 format!(
-                    "{path} in body must be of type date-time: {}",
+                    "{path} in body must be of type {}: {}",
+                    s.format.as_deref().unwrap_or_default(),
                     super::errors::go_quote(st)
                 ),
             ));
         }
     }
-    if let Some(values) = &s.enum_values {
-        if !values.contains(v) {
-            let allowed: Vec<String> = values
-                .iter()
-                .map(|a| match a {
-                    Value::String(s) => super::errors::go_quote(s),
-                    other => super::errors::go_quote(&other.to_string()),
-                })
-                .collect();
-            errs.push(FieldError::new(
-                ErrorType::NotSupported,
+    if let Value::Number(num) = v {
+        let x = num.as_f64().unwrap_or(0.0);
+        if let Some(min) = s.minimum {
+            let bad = if s.exclusive_minimum {
+                x <= min
+            } else {
+                x < min
+            };
+            if bad {
+                let op = if s.exclusive_minimum {
+                    "greater than"
+                } else {
+                    "greater than or equal to"
+                };
+                errs.push(invalid(
+                    path,
+                    v.clone(),
+                    format!("{path} in body should be {op} {}", go_float(min)),
+                ));
+            }
+        }
+        if let Some(max) = s.maximum {
+            let bad = if s.exclusive_maximum {
+                x >= max
+            } else {
+                x > max
+            };
+            if bad {
+                let op = if s.exclusive_maximum {
+                    "less than"
+                } else {
+                    "less than or equal to"
+                };
+                errs.push(invalid(
+                    path,
+                    v.clone(),
+                    format!("{path} in body should be {op} {}", go_float(max)),
+                ));
+            }
+        }
+    }
+    if let Value::Array(a) = v {
+        if let Some(items) = s.items.as_deref() {
+            for (i, item) in a.iter().enumerate() {
+                openapi(item, items, &format!("{path}[{i}]"), errs);
+            }
+        }
+        let n = a.len() as u64;
+        if let Some(min) = s.min_items.filter(|m| n < *m) {
+            errs.push(invalid(
                 path,
-                BadValue::Json(v.clone()),
-                format!("supported values: {}", allowed.join(", ")),
+                Value::from(n),
+                format!("{path} in body should have at least {min} items"),
             ));
         }
-    }
-    match v {
-        Value::Array(a) => {
-            let n = a.len() as u64;
-            if let Some(max) = s.max_items {
-                if n > max {
-                    errs.push(FieldError::new(
-                        ErrorType::TooMany,
-                        path,
-                        BadValue::Count(n),
-                        format!("must have at most {max} items"),
-                    ));
-                }
-            }
-            if let Some(min) = s.min_items {
-                if n < min {
-                    errs.push(invalid(
-                        path,
-                        Value::from(n),
-                        format!("{path} in body should have at least {min} items"),
-                    ));
-                }
-            }
-            if let Some(items) = s.items.as_deref() {
-                for (i, item) in a.iter().enumerate() {
-                    openapi(item, items, &format!("{path}[{i}]"), errs);
-                }
-            }
-        }
-        Value::Number(num) => {
-            let x = num.as_f64().unwrap_or(0.0);
-            if let Some(min) = s.minimum {
-                let bad = if s.exclusive_minimum {
-                    x <= min
-                } else {
-                    x < min
-                };
-                if bad {
-                    let op = if s.exclusive_minimum {
-                        "greater than"
-                    } else {
-                        "greater than or equal to"
-                    };
-                    errs.push(invalid(
-                        path,
-                        v.clone(),
-                        format!("{path} in body should be {op} {}", go_float(min)),
-                    ));
-                }
-            }
-            if let Some(max) = s.maximum {
-                let bad = if s.exclusive_maximum {
-                    x >= max
-                } else {
-                    x > max
-                };
-                if bad {
-                    let op = if s.exclusive_maximum {
-                        "less than"
-                    } else {
-                        "less than or equal to"
-                    };
-                    errs.push(invalid(
-                        path,
-                        v.clone(),
-                        format!("{path} in body should be {op} {}", go_float(max)),
-                    ));
-                }
-            }
-        }
-        Value::Object(m) => object(m, s, path, errs),
-        _ => {}
-    }
-}
-
-fn object(m: &Map<String, Value>, s: &Schema, path: &str, errs: &mut Vec<FieldError>) {
-    let n = m.len() as u64;
-    if let Some(max) = s.max_properties {
-        if n > max {
+        if let Some(max) = s.max_items.filter(|m| n > *m) {
             errs.push(FieldError::new(
                 ErrorType::TooMany,
                 path,
@@ -175,14 +133,60 @@ fn object(m: &Map<String, Value>, s: &Schema, path: &str, errs: &mut Vec<FieldEr
             ));
         }
     }
-    if let Some(min) = s.min_properties {
-        if n < min {
-            // Upstream puts the minimum, not the count, in the bad value.
-            errs.push(invalid(
-                path,
-                Value::from(min),
-                format!("{path} in body should have at least {min} properties"),
-            ));
+    check_enum(v, s, path, errs);
+    if let Value::Object(m) = v {
+        object(m, s, path, errs);
+    }
+}
+
+fn check_enum(v: &Value, s: &Schema, path: &str, errs: &mut Vec<FieldError>) {
+    let Some(values) = &s.enum_values else {
+        return;
+    };
+    if values.is_empty() || values.contains(v) {
+        return;
+    }
+    let allowed: Vec<String> = values
+        .iter()
+        .map(|a| match a {
+            Value::String(s) => super::errors::go_quote(s),
+            other => super::errors::go_quote(&other.to_string()),
+        })
+        .collect();
+    errs.push(FieldError::new(
+        ErrorType::NotSupported,
+        path,
+        BadValue::Json(v.clone()),
+        format!("supported values: {}", allowed.join(", ")),
+    ));
+}
+
+fn object(m: &Map<String, Value>, s: &Schema, path: &str, errs: &mut Vec<FieldError>) {
+    let n = m.len() as u64;
+    if let Some(min) = s.min_properties.filter(|x| n < *x) {
+        errs.push(invalid(
+            path,
+            Value::from(n),
+            format!("{path} in body should have at least {min} properties"),
+        ));
+    }
+    if let Some(max) = s.max_properties.filter(|x| n > *x) {
+        errs.push(FieldError::new(
+            ErrorType::TooMany,
+            path,
+            BadValue::Count(n),
+            format!("must have at most {max} items"),
+        ));
+    }
+    // Map values, then properties, then required: kube-openapi's order.
+    if let Some(a) = s.additional_schema() {
+        for (k, child) in m.iter().filter(|(k, _)| !s.properties.contains_key(*k)) {
+            openapi(child, a, &join(path, k), errs);
+        }
+    }
+    for (k, p) in &s.properties {
+        if let Some(child) = m.get(k) {
+            openapi(child, p, &join(path, k), errs);
         }
     }
     for r in &s.required {
@@ -195,62 +199,89 @@ fn object(m: &Map<String, Value>, s: &Schema, path: &str, errs: &mut Vec<FieldEr
             ));
         }
     }
-    let addl = s.additional_schema();
-    for (k, child) in m {
-        if let Some(p) = s.properties.get(k) {
-            openapi(child, p, &join(path, k), errs);
-        } else if let Some(a) = addl {
-            openapi(child, a, &join(path, k), errs);
-        }
-    }
 }
 
-fn type_matches(v: &Value, s: &Schema) -> bool {
+/// The formats kube-apiserver keeps in a CRD schema (others, e.g. int32 and
+/// int64, are dropped: apiextensions-apiserver `pkg/apiserver/validation/formats.go`),
+/// normalised without dashes.
+fn supported_format(s: &Schema) -> Option<&'static str> {
+    const SUPPORTED: &[&str] = &[
+        "bsonobjectid",
+        "uri",
+        "email",
+        "hostname",
+        "ipv4",
+        "ipv6",
+        "cidr",
+        "mac",
+        "uuid",
+        "uuid3",
+        "uuid4",
+        "uuid5",
+        "isbn",
+        "isbn10",
+        "isbn13",
+        "creditcard",
+        "ssn",
+        "hexcolor",
+        "rgbcolor",
+        "byte",
+        "password",
+        "date",
+        "duration",
+        "datetime",
+    ];
+    let f = s.format.as_deref()?.replace('-', "");
+    SUPPORTED.iter().find(|x| **x == f).copied()
+}
+
+fn types(s: &Schema) -> Vec<&str> {
     if s.int_or_string {
-        return v.is_string() || is_integer(v);
-    }
-    match s.ty.as_deref() {
-        None => true,
-        Some("object") => v.is_object(),
-        Some("array") => v.is_array(),
-        Some("string") => v.is_string(),
-        Some("boolean") => v.is_boolean(),
-        Some("integer") => is_integer(v),
-        Some("number") => v.is_number(),
-        Some(_) => true,
-    }
-}
-
-fn is_integer(v: &Value) -> bool {
-    match v {
-        Value::Number(n) => {
-            n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0)
-        }
-        _ => false,
-    }
-}
-
-/// kube-openapi's name of a value's JSON type.
-fn json_type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-        Value::Number(_) if is_integer(v) => "integer",
-        Value::Number(_) => "number",
-    }
-}
-
-fn type_error(v: &Value, s: &Schema, path: &str, errs: &mut Vec<FieldError>) {
-    let want = if s.int_or_string {
-        "integer,string".to_string()
+        vec!["integer", "string"]
     } else {
-        s.ty.clone().unwrap_or_default()
+        s.ty.as_deref().into_iter().collect()
+    }
+}
+
+/// kube-openapi's type validator (`pkg/validation/validate/type.go`), quirks
+/// kept: a string-typed field with a format accepts any string or array here.
+fn type_check(v: &Value, s: &Schema, path: &str) -> Option<FieldError> {
+    let types = types(s);
+    let format = supported_format(s).map(|_| s.format.as_deref().unwrap_or_default());
+    if types.is_empty() && format.is_none() {
+        return None;
+    }
+    // The JSON type and Go format of the decoded value.
+    let (sch, fmt) = match v {
+        Value::Bool(_) => ("boolean", ""),
+        Value::String(_) => ("string", ""),
+        Value::Number(n) if n.is_f64() => ("number", "float64"),
+        Value::Number(_) => ("integer", "int64"),
+        Value::Array(_) => ("array", ""),
+        Value::Object(_) => ("object", ""),
+        Value::Null => ("null", ""),
     };
-    let got = json_type_name(v);
-    errs.push(FieldError::new(
+    let has = |t: &str| types.contains(&t);
+    let is_float_int =
+        sch == "number" && v.as_f64().is_some_and(|f| f.fract() == 0.0) && has("integer");
+    let is_int_float = sch == "integer" && has("number");
+    let stringish = v.is_string() || v.is_array();
+    if let Some(f) = format {
+        if !(stringish || has(sch) || fmt == f || is_float_int || is_int_float) {
+            return Some(type_error(path, f, fmt));
+        }
+        if !(has("number") || has("integer")) && stringish {
+            return None;
+        }
+    }
+    if types.is_empty() || has(sch) || is_float_int || is_int_float {
+        return None;
+    }
+    Some(type_error(path, &types.join(","), sch))
+}
+
+fn type_error(path: &str, want: &str, got: &str) -> FieldError {
+    FieldError::new(
         ErrorType::TypeInvalid,
         path,
         BadValue::Json(Value::String(got.to_string())),
@@ -258,7 +289,7 @@ fn type_error(v: &Value, s: &Schema, path: &str, errs: &mut Vec<FieldError>) {
             "{path} in body must be of type {want}: {}",
             super::errors::go_quote(got)
         ),
-    ));
+    )
 }
 
 fn invalid(path: &str, v: Value, detail: String) -> FieldError {

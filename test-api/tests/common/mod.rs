@@ -56,13 +56,19 @@ pub struct Out {
 
 impl std::fmt::Debug for Out {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "exit {}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
+        write!(
+            f,
+            "exit {}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
     }
 }
 
 impl Kube {
     pub fn new() -> Kube {
-        Kube { dir: tempfile::tempdir().unwrap() }
+        Kube {
+            dir: tempfile::tempdir().unwrap(),
+        }
     }
 
     pub fn write(&self, name: &str, text: &str) -> PathBuf {
@@ -102,9 +108,20 @@ pub fn kubectl(kubeconfig: &Path, args: &[&str]) -> Out {
 }
 
 /// Sets (or adds) a condition in an object's status.conditions as the test.
-pub fn set_condition(srv: &TestApiServer, api_version: &str, kind: &str, ns: &str, name: &str, ctype: &str, status: &str) {
+pub fn set_condition(
+    srv: &TestApiServer,
+    api_version: &str,
+    kind: &str,
+    ns: &str,
+    name: &str,
+    ctype: &str,
+    status: &str,
+) {
     let mut obj = srv.get(api_version, kind, ns, name).unwrap();
-    let conds = obj["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    let conds = obj["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let mut conds: Vec<Value> = conds.into_iter().filter(|c| c["type"] != ctype).collect();
     conds.push(json!({
         "type": ctype, "status": status, "reason": "Test", "message": "set by the test",
@@ -184,10 +201,16 @@ pub async fn raw(
     if let Some(ct) = content_type {
         b = b.header("Content-Type", ct);
     }
-    let req = b.body(kube::client::Body::from(body.as_bytes().to_vec())).unwrap();
+    let req = b
+        .body(kube::client::Body::from(body.as_bytes().to_vec()))
+        .unwrap();
     let resp = client.send(req).await.unwrap();
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, headers, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    (
+        status,
+        headers,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }

@@ -1,0 +1,280 @@
+//! A MachineDeployment rollout played by the test by Cluster API's own
+//! rules, with the controller holding it through the readiness gate.
+//!
+//! The model (kubernetes-sigs/cluster-api v1.12.0):
+//! - `Ready` summarises the Machine's conditions and every
+//!   `spec.readinessGates[].conditionType`; a gate condition that is missing
+//!   or not True keeps Ready from True (`setReadyCondition`,
+//!   internal/controllers/machine/machine_controller_status.go:735, the
+//!   gates appended to `forConditionTypes` at :747-752). The model takes
+//!   NodeHealthy and the gates.
+//! - `Available` is Ready True for `minReadySeconds` since Ready's
+//!   lastTransitionTime (`setAvailableCondition`, same file :857, the
+//!   `time.Since(readyCondition.LastTransitionTime.Time) - minReadySeconds`
+//!   test at :886).
+//! - The rolling-update planner scales the new MachineSet up to
+//!   `replicas + maxSurge` (`reconcileNewMachineSet`,
+//!   internal/controllers/machinedeployment/machinedeployment_rollout_rollingupdate.go:179)
+//!   and scales old MachineSets down only while the available Machines stay
+//!   at least `minAvailable = replicas - maxUnavailable`
+//!   (`reconcileOldMachineSetsRollingUpdate`, same file :216, :224-225).
+//!
+//! The pool: replicas 2, maxSurge 1, maxUnavailable 0, minReadySeconds 1;
+//! the old MachineSet's bootstrap data sets no sysctls, the new one's
+//! `user.max_user_namespaces: 11255`. The first new node's agent sees 0
+//! for 30 s (SysctlMismatch), then the limit is raised.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    time::{Duration, Instant, SystemTime},
+};
+
+use common::*;
+use serde_json::{json, Value};
+
+const REPLICAS: usize = 2;
+const MAX_SURGE: usize = 1;
+const MAX_UNAVAILABLE: usize = 0;
+const MIN_READY: Duration = Duration::from_secs(1);
+const HOLD: Duration = Duration::from_secs(30);
+const SYSCTL: (&str, &str) = ("user.max_user_namespaces", "11255");
+
+fn parse_time(s: &str) -> Option<SystemTime> {
+    humantime::parse_rfc3339(s).ok()
+}
+
+/// Cluster API's Machine controller, as far as the rollout needs it:
+/// NodeHealthy once the Machine has a Node, Ready from NodeHealthy and
+/// the gates, written only when it changes (lastTransitionTime on a status
+/// change). Returns (name, Ready True since) for Machines not deleting.
+fn play_machine_controller(env: &Env) -> Vec<(String, Option<SystemTime>, bool)> {
+    env.mgmt.with_store(|s| {
+        let mut out = Vec::new();
+        for mut m in s.list(MACHINE_AV, "Machine") {
+            if m["metadata"]["namespace"] != NS {
+                continue;
+            }
+            let name = m["metadata"]["name"].as_str().unwrap().to_string();
+            let deleting = m["metadata"].get("deletionTimestamp").is_some();
+            let conds: Vec<Value> = m["status"]["conditions"].as_array().cloned().unwrap_or_default();
+            let get = |t: &str| conds.iter().find(|c| c["type"] == t).cloned();
+            let has_node = m["status"]["nodeRef"]["name"].is_string();
+            let node_healthy = if has_node { "True" } else { "Unknown" };
+            let gates: Vec<String> = m["spec"]["readinessGates"]
+                .as_array()
+                .map(|g| g.iter().filter_map(|g| g["conditionType"].as_str().map(String::from)).collect())
+                .unwrap_or_default();
+            let gates_true = gates.iter().all(|g| get(g).is_some_and(|c| c["status"] == "True"));
+            let ready = if node_healthy == "True" && gates_true { "True" } else { "False" };
+            let mut changed = false;
+            let mut new_conds: Vec<Value> = Vec::new();
+            for (ty, status) in [("NodeHealthy", node_healthy), ("Ready", ready)] {
+                match get(ty) {
+                    Some(c) if c["status"] == status => new_conds.push(c),
+                    _ => {
+                        changed = true;
+                        new_conds.push(json!({"type":ty,"status":status,"reason":if status == "True" {ty} else {"NotReady"},
+                            "message":"","lastTransitionTime":now()}));
+                    }
+                }
+            }
+            let ready_since = new_conds
+                .iter()
+                .find(|c| c["type"] == "Ready" && c["status"] == "True")
+                .and_then(|c| parse_time(c["lastTransitionTime"].as_str()?));
+            if changed {
+                let mut all: Vec<Value> =
+                    conds.into_iter().filter(|c| c["type"] != "NodeHealthy" && c["type"] != "Ready").collect();
+                all.extend(new_conds);
+                m["status"]["conditions"] = json!(all);
+                m["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+                s.put(m).unwrap();
+            }
+            out.push((name, ready_since, deleting));
+        }
+        out
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rollout_waits_for_the_new_workers_verdict() {
+    let env = Env::start().await;
+    env.deployment("md-a", true, true, MIN_READY.as_secs() as u32);
+    // The old MachineSet: two Machines whose agents check no sysctl (their
+    // pool set none), True.
+    let mut machines: BTreeMap<String, &str> = BTreeMap::new(); // name → "old" | "new"
+    for i in 1..=REPLICAS {
+        let (m, n) = (format!("old-{i}"), format!("w-old-{i}"));
+        env.node(&n);
+        env.agent_writes(&n, "True", "Converged", &[]);
+        let mut obj = machine("md-a", &m, true);
+        obj["metadata"]["finalizers"] = json!(["machine.cluster.x-k8s.io"]);
+        env.mgmt
+            .create(boot_secret(&format!("{m}-boot"), &[]))
+            .unwrap();
+        env.mgmt.create(obj).unwrap();
+        env.set_node_ref(&m, &n);
+        machines.insert(m, "old");
+    }
+    let _ctl = env.controller(&["--stale-after", "15m"]);
+    for i in 1..=REPLICAS {
+        env.wait_status(&format!("old-{i}"), "True", Duration::from_secs(20))
+            .await;
+    }
+
+    // The rollout: new template (11255). Played every 50 ms.
+    let start = Instant::now();
+    let mut next_new = 1;
+    let mut provisioning: HashMap<String, Instant> = HashMap::new(); // new Machine → created at
+    let mut history: HashMap<String, Vec<String>> = HashMap::new(); // new Machine → its statuses in order
+    let mut deleted: Vec<(String, Duration)> = Vec::new();
+    let mut raised_at: Option<Instant> = None;
+    let mut first_true_after_raise: Option<Duration> = None;
+    let mut converged_at: Option<Instant> = None;
+    let limit = Duration::from_secs(90);
+    loop {
+        assert!(
+            start.elapsed() < limit,
+            "the rollout did not complete: {history:?} deleted {deleted:?}"
+        );
+        let view = play_machine_controller(&env);
+        let now = SystemTime::now();
+        let available = |name: &str| {
+            view.iter().any(|(n, since, del)| {
+                n == name
+                    && !del
+                    && since.is_some_and(|s| now.duration_since(s).unwrap_or_default() >= MIN_READY)
+            })
+        };
+        let live: Vec<&(String, Option<SystemTime>, bool)> =
+            view.iter().filter(|(_, _, d)| !d).collect();
+        let old_live: Vec<String> = live
+            .iter()
+            .filter(|(n, _, _)| machines.get(n) == Some(&"old"))
+            .map(|(n, _, _)| n.clone())
+            .collect();
+        let new_live: Vec<String> = live
+            .iter()
+            .filter(|(n, _, _)| machines.get(n) == Some(&"new"))
+            .map(|(n, _, _)| n.clone())
+            .collect();
+        let total_available = live.iter().filter(|(n, _, _)| available(n)).count();
+
+        // Old Machines never leave True.
+        for m in &old_live {
+            assert_eq!(
+                env.status(m).as_deref(),
+                Some("True"),
+                "{m} left True: {:?}",
+                env.condition(m)
+            );
+        }
+        // New Machines: record each status change of the gate condition.
+        for m in &new_live {
+            if let Some(s) = env.status(m) {
+                let h = history.entry(m.clone()).or_default();
+                if h.last() != Some(&s) {
+                    h.push(s.clone());
+                    if s == "True" && m == "new-1" {
+                        first_true_after_raise = raised_at.map(|t| t.elapsed());
+                    }
+                }
+            }
+        }
+
+        if old_live.is_empty()
+            && new_live.len() == REPLICAS
+            && new_live.iter().all(|m| available(m))
+        {
+            break;
+        }
+        // reconcileNewMachineSet: surge up to replicas + maxSurge.
+        if new_live.len() < REPLICAS && live.len() < REPLICAS + MAX_SURGE {
+            let m = format!("new-{next_new}");
+            next_new += 1;
+            let mut obj = machine("md-a", &m, true);
+            obj["metadata"]["labels"]["cluster.x-k8s.io/set-name"] = json!("md-a-new");
+            env.mgmt
+                .create(boot_secret(&format!("{m}-boot"), &[SYSCTL]))
+                .unwrap();
+            env.mgmt.create(obj).unwrap();
+            machines.insert(m.clone(), "new");
+            provisioning.insert(m, Instant::now());
+        }
+        // Provisioned after 300 ms: the Node registers, nodeRef is set, the
+        // agent writes its first verdict: 0 for the first new worker until
+        // the limit is raised; later workers boot converged.
+        for (m, t) in provisioning.clone() {
+            if t.elapsed() >= Duration::from_millis(300) {
+                let n = format!("w-{m}");
+                env.node(&n);
+                env.set_node_ref(&m, &n);
+                if m == "new-1" {
+                    env.agent_writes(&n, "False", "SysctlMismatch", &[SYSCTL]);
+                } else {
+                    env.agent_writes(&n, "True", "Converged", &[SYSCTL]);
+                }
+                provisioning.remove(&m);
+            }
+        }
+        // The limit raised on new-1's node after HOLD.
+        if raised_at.is_none() && start.elapsed() >= HOLD && env.status("new-1").is_some() {
+            env.agent_writes("w-new-1", "True", "Converged", &[SYSCTL]);
+            raised_at = Some(Instant::now());
+            converged_at = Some(Instant::now());
+        } else if raised_at.is_none() && env.wl.get("v1", "Node", "", "w-new-1").is_some() {
+            // The stuck agent keeps its heartbeat.
+            env.agent_writes("w-new-1", "False", "SysctlMismatch", &[SYSCTL]);
+        }
+        // reconcileOldMachineSetsRollingUpdate: scale down one old Machine
+        // only if the available ones stay >= replicas - maxUnavailable.
+        if !old_live.is_empty() && total_available > REPLICAS - MAX_UNAVAILABLE {
+            let m = old_live[0].clone();
+            assert!(
+                raised_at.is_some(),
+                "{m} deleted while new-1's agent is at 0 ({:?})",
+                start.elapsed()
+            );
+            env.mgmt.delete(MACHINE_AV, "Machine", NS, &m).unwrap();
+            let mut obj = env.mgmt.get(MACHINE_AV, "Machine", NS, &m).unwrap();
+            assert!(obj["metadata"]["deletionTimestamp"].is_string());
+            obj["metadata"]["finalizers"] = json!([]);
+            obj["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .remove("resourceVersion");
+            env.mgmt.put(obj).unwrap();
+            deleted.push((m, start.elapsed()));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let done = converged_at.unwrap().elapsed();
+    eprintln!(
+        "rollout: held {:?}; new-1 True {:?} after the limit was raised; completed {:?} after; deleted {deleted:?}; history {history:?}",
+        HOLD, first_true_after_raise, done
+    );
+    assert!(deleted.iter().all(|(_, at)| *at >= HOLD), "{deleted:?}");
+    assert_eq!(deleted.len(), REPLICAS);
+    assert_eq!(
+        history["new-1"],
+        ["Unknown", "False", "True"],
+        "{history:?}"
+    );
+    let t = first_true_after_raise.unwrap();
+    assert!(
+        t < Duration::from_secs(2),
+        "new-1 True {t:?} after its Node"
+    );
+    for (m, h) in &history {
+        assert_eq!(h.last().map(String::as_str), Some("True"), "{m}: {h:?}");
+        assert!(h.len() >= 2 && h[0] == "Unknown", "{m}: {h:?}");
+    }
+    assert!(
+        done < Duration::from_secs(10),
+        "the rollout took {done:?} once converged"
+    );
+}
