@@ -74,7 +74,9 @@ pub enum TimingError {
 impl Timing {
     /// client-go's `NewLeaderElector` checks, as one-line errors.
     pub fn check(&self) -> Result<(), TimingError> {
-        if self.lease_duration.is_zero() || self.renew_deadline.is_zero() || self.retry_period.is_zero()
+        if self.lease_duration.is_zero()
+            || self.renew_deadline.is_zero()
+            || self.retry_period.is_zero()
         {
             return Err(TimingError::Zero);
         }
@@ -271,7 +273,9 @@ impl Elector {
         // No random source is needed for fairness here; spreading the
         // candidates by a per-process offset is what the jitter is for.
         let spread = (std::process::id() % 100) as f64 / 100.0;
-        self.timing.retry_period.mul_f64(1.0 + (JITTER - 1.0) * spread)
+        self.timing
+            .retry_period
+            .mul_f64(1.0 + (JITTER - 1.0) * spread)
     }
 
     async fn try_acquire_or_renew(&mut self) -> Result<Round, kube::Error> {
@@ -367,8 +371,12 @@ impl Elector {
         match tokio::time::timeout(release_within, self.release()).await {
             Ok(Ok(true)) => tracing::info!(identity = %self.identity, "lease released"),
             Ok(Ok(false)) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "the lease could not be released; a standby takes over when it expires"),
-            Err(_) => tracing::warn!("the lease release did not finish in time; a standby takes over when it expires"),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "the lease could not be released; a standby takes over when it expires")
+            }
+            Err(_) => tracing::warn!(
+                "the lease release did not finish in time; a standby takes over when it expires"
+            ),
         }
     }
 
@@ -376,6 +384,7 @@ impl Elector {
         match attempt {
             Ok(Ok(Round::Held(at))) => {
                 self.gate.open_until(at + self.timing.renew_deadline);
+                crate::metrics::global().set_leader(true);
                 if !self.leading {
                     self.leading = true;
                     tracing::info!(identity = %self.identity, lease = %format!("{}/{}", self.namespace, self.name), "became the leader; writing");
@@ -384,6 +393,7 @@ impl Elector {
             Ok(Ok(Round::Other(holder))) => {
                 // Another holder: stop at once, whatever the deadline.
                 self.gate.close();
+                crate::metrics::global().set_leader(false);
                 if self.leading {
                     self.leading = false;
                     tracing::warn!(identity = %self.identity, holder = ?holder, "lost the lease; no longer writing");
@@ -398,6 +408,7 @@ impl Elector {
         }
         if self.leading && !self.gate.may_write() {
             self.leading = false;
+            crate::metrics::global().set_leader(false);
             tracing::warn!(identity = %self.identity, "the lease was not renewed within the renew deadline; no longer writing");
         }
     }
@@ -408,6 +419,7 @@ impl Elector {
     /// duration.
     pub async fn release(&mut self) -> Result<bool, kube::Error> {
         self.gate.close();
+        crate::metrics::global().set_leader(false);
         let Some(mut lease) = self.api.get_opt(&self.name).await? else {
             return Ok(false);
         };
@@ -452,7 +464,10 @@ pub fn identity() -> String {
 /// `POD_NAMESPACE`, else the ServiceAccount's mounted namespace), else
 /// `default`.
 pub fn default_namespace() -> String {
-    if let Some(n) = std::env::var("POD_NAMESPACE").ok().filter(|s| !s.is_empty()) {
+    if let Some(n) = std::env::var("POD_NAMESPACE")
+        .ok()
+        .filter(|s| !s.is_empty())
+    {
         return n;
     }
     std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -496,7 +511,10 @@ mod tests {
         let seen = Instant::now();
         let wall = Timestamp::now();
         let r = rec(Some("b"), 15);
-        assert_eq!(next_record(&r, seen, seen + Duration::from_secs(14), "a", &t, wall), None);
+        assert_eq!(
+            next_record(&r, seen, seen + Duration::from_secs(14), "a", &t, wall),
+            None
+        );
         let took = next_record(&r, seen, seen + Duration::from_secs(15), "a", &t, wall)
             .expect("expired lease is taken");
         assert_eq!(took.holder.as_deref(), Some("a"));

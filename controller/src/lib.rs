@@ -12,9 +12,11 @@
 
 pub mod condition;
 pub mod discovery;
+pub mod http;
 pub mod kubeconfig;
 pub mod leader;
 pub mod machine;
+pub mod metrics;
 pub mod node;
 pub mod ops;
 pub mod patch;

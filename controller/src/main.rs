@@ -139,7 +139,13 @@ async fn main_async(args: Args) -> ExitCode {
         secret_resync: args.secret_resync,
         instance: std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()),
     };
-    let ops = ops::Ops::start(&client, &args.ops);
+    let ops = match ops::Ops::start(&client, &args.ops).await {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
     let gate = ops.gate();
     tokio::select! {
         r = run::run_gated(client, settings, gate) => match r {

@@ -32,6 +32,10 @@ pub struct OpsArgs {
     /// How often candidates try to acquire or renew.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub leader_elect_retry_period: Duration,
+    /// Serve /healthz, /readyz and /metrics on this address (plain HTTP;
+    /// off unless given).
+    #[arg(long, env = "SANDBOX_READINESS_HTTP_LISTEN")]
+    pub http_listen: Option<std::net::SocketAddr>,
 }
 
 impl OpsArgs {
@@ -66,12 +70,21 @@ pub struct Ops {
 const RELEASE_WITHIN: Duration = Duration::from_secs(3);
 
 impl Ops {
-    pub fn start(client: &Client, a: &OpsArgs) -> Ops {
+    /// Binds the endpoints (the one refusal: the address) and starts the
+    /// elector.
+    pub async fn start(client: &Client, a: &OpsArgs) -> Result<Ops, String> {
+        if let Some(addr) = a.http_listen {
+            let bound = crate::http::serve(addr)
+                .await
+                .map_err(|e| format!("--http-listen {addr}: {e}"))?;
+            tracing::info!("endpoints listening on http://{bound}");
+        }
         if !a.leader_elect {
-            return Ops {
+            crate::metrics::global().set_leader(true);
+            return Ok(Ops {
                 gate: Gate::always(),
                 elector: None,
-            };
+            });
         }
         let gate = Gate::closed();
         let ns = a
@@ -98,10 +111,10 @@ impl Ops {
             )
             .await;
         });
-        Ops {
+        Ok(Ops {
             gate,
             elector: Some((tx, task)),
-        }
+        })
     }
 
     pub fn gate(&self) -> Gate {

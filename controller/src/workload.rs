@@ -249,6 +249,7 @@ impl Workload {
                         }
                     }
                     Err(e) => {
+                        crate::metrics::global().workload_error(&cluster); // controller-ops hook
                         let line = describe(&e);
                         let mut h = lock(&health);
                         if h.error.is_none() {

@@ -55,7 +55,11 @@ impl Ctl {
         let child = Command::new(BIN)
             .arg("--kubeconfig")
             .arg(&kc)
-            .args(["--leader-elect=true", "--leader-elect-resource-namespace", "default"])
+            .args([
+                "--leader-elect=true",
+                "--leader-elect-resource-namespace",
+                "default",
+            ])
             .env("POD_NAME", who)
             .env("SANDBOX_READINESS_LOG", "info")
             .stdout(Stdio::null())
@@ -88,7 +92,11 @@ impl Drop for Ctl {
 
 fn holder(srv: &TestApiServer) -> Option<String> {
     srv.get("coordination.k8s.io/v1", "Lease", "default", LEASE)
-        .and_then(|l| l.pointer("/spec/holderIdentity").and_then(Value::as_str).map(str::to_string))
+        .and_then(|l| {
+            l.pointer("/spec/holderIdentity")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
         .filter(|h| !h.is_empty())
 }
 
@@ -122,7 +130,13 @@ fn status_writes(srv: &TestApiServer) -> Vec<(String, String)> {
                 && r.path.ends_with("/status")
         })
         .map(|r| {
-            let name = r.path.trim_end_matches("/status").rsplit('/').next().unwrap_or("").to_string();
+            let name = r
+                .path
+                .trim_end_matches("/status")
+                .rsplit('/')
+                .next()
+                .unwrap_or("")
+                .to_string();
             (r.user.unwrap_or_default(), name)
         })
         .collect()
@@ -139,16 +153,25 @@ async fn one_writer_and_failover_after_sigkill() {
     })
     .await;
     let b = Ctl::start(&srv, dir.path(), "ctl-b");
-    wait_for("m1 written", Duration::from_secs(10), || condition(&srv, "m1")).await;
+    wait_for("m1 written", Duration::from_secs(10), || {
+        condition(&srv, "m1")
+    })
+    .await;
     // Both are running and synced; give the standby rounds to misbehave in.
     tokio::time::sleep(Duration::from_secs(2)).await;
     srv.create(machine("m2")).unwrap();
-    wait_for("m2 written", Duration::from_secs(10), || condition(&srv, "m2")).await;
+    wait_for("m2 written", Duration::from_secs(10), || {
+        condition(&srv, "m2")
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let w = status_writes(&srv);
     assert_eq!(
         w,
-        vec![("ctl-a".to_string(), "m1".to_string()), ("ctl-a".to_string(), "m2".to_string())],
+        vec![
+            ("ctl-a".to_string(), "m1".to_string()),
+            ("ctl-a".to_string(), "m2".to_string())
+        ],
         "only the leader writes, once per change\n--- ctl-a\n{}\n--- ctl-b\n{}",
         a.log(),
         b.log()
@@ -164,15 +187,31 @@ async fn one_writer_and_failover_after_sigkill() {
     .await;
     let failover = killed.elapsed();
     eprintln!("failover after SIGKILL: {:.1} s", failover.as_secs_f64());
-    assert!(failover <= Duration::from_secs(20), "failover took {failover:?}");
+    assert!(
+        failover <= Duration::from_secs(20),
+        "failover took {failover:?}"
+    );
     srv.create(machine("m3")).unwrap();
-    wait_for("m3 written by the new leader", Duration::from_secs(5), || condition(&srv, "m3")).await;
+    wait_for(
+        "m3 written by the new leader",
+        Duration::from_secs(5),
+        || condition(&srv, "m3"),
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let w = status_writes(&srv);
-    assert_eq!(w.len(), 3, "one write per Machine, none repeated through the failover: {w:?}\n--- ctl-b\n{}", b.log());
+    assert_eq!(
+        w.len(),
+        3,
+        "one write per Machine, none repeated through the failover: {w:?}\n--- ctl-b\n{}",
+        b.log()
+    );
     assert_eq!(w[2], ("ctl-b".to_string(), "m3".to_string()));
     // The conditions written before the failover were not touched again.
-    assert_eq!(condition(&srv, "m1").unwrap()["reason"], "NodeNotYetAssigned");
+    assert_eq!(
+        condition(&srv, "m1").unwrap()["reason"],
+        "NodeNotYetAssigned"
+    );
     drop(b);
 }
 
@@ -187,18 +226,27 @@ async fn sigterm_releases_the_lease_and_exits_within_5s() {
     .await;
     let b = Ctl::start(&srv, dir.path(), "ctl-b");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(holder(&srv).as_deref(), Some("ctl-a"), "the standby does not take a held lease");
+    assert_eq!(
+        holder(&srv).as_deref(),
+        Some("ctl-a"),
+        "the standby does not take a held lease"
+    );
     a.signal("-TERM");
     let sent = Instant::now();
-    let status = wait_for("ctl-a exits", Duration::from_secs(5), || a.child.try_wait().unwrap()).await;
+    let status = wait_for("ctl-a exits", Duration::from_secs(5), || {
+        a.child.try_wait().unwrap()
+    })
+    .await;
     let exited = sent.elapsed();
     assert!(status.success(), "{status:?}\n{}", a.log());
     assert!(a.log().contains("lease released"), "{}", a.log());
     // Released (empty holder) or already taken by the standby.
     assert_ne!(holder(&srv).as_deref(), Some("ctl-a"));
-    wait_for("ctl-b takes the released lease", Duration::from_secs(5), || {
-        (holder(&srv).as_deref() == Some("ctl-b")).then_some(())
-    })
+    wait_for(
+        "ctl-b takes the released lease",
+        Duration::from_secs(5),
+        || (holder(&srv).as_deref() == Some("ctl-b")).then_some(()),
+    )
     .await;
     let takeover = sent.elapsed();
     eprintln!(
@@ -219,7 +267,9 @@ async fn a_leader_that_loses_its_lease_stops_writing() {
     })
     .await;
     // Someone else takes the Lease (as a replica that won a partition).
-    let mut l = srv.get("coordination.k8s.io/v1", "Lease", "default", LEASE).unwrap();
+    let mut l = srv
+        .get("coordination.k8s.io/v1", "Lease", "default", LEASE)
+        .unwrap();
     let now = "2030-01-01T00:00:00.000000Z";
     l["spec"]["holderIdentity"] = json!("intruder");
     l["spec"]["renewTime"] = json!(now);
@@ -230,11 +280,21 @@ async fn a_leader_that_loses_its_lease_stops_writing() {
     assert!(a.log().contains("lost the lease"), "{}", a.log());
     srv.create(machine("m1")).unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(status_writes(&srv), vec![], "no write after the lease was lost\n{}", a.log());
+    assert_eq!(
+        status_writes(&srv),
+        vec![],
+        "no write after the lease was lost\n{}",
+        a.log()
+    );
     assert_eq!(holder(&srv).as_deref(), Some("intruder"));
     // The intruder never renews: after its 15 s the leader takes the
     // Lease back and writes what it held back.
-    wait_for("ctl-a leads again and writes m1", Duration::from_secs(20), || condition(&srv, "m1")).await;
+    wait_for(
+        "ctl-a leads again and writes m1",
+        Duration::from_secs(20),
+        || condition(&srv, "m1"),
+    )
+    .await;
     assert_eq!(holder(&srv).as_deref(), Some("ctl-a"));
     assert_eq!(status_writes(&srv).len(), 1);
 }
