@@ -21,5 +21,6 @@ pub mod node;
 pub mod ops;
 pub mod patch;
 pub mod pool;
+pub mod qps;
 pub mod run;
 pub mod workload;

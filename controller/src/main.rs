@@ -91,7 +91,9 @@ async fn management_client(path: Option<&PathBuf>) -> Result<Client, String> {
         None => Config::incluster()
             .map_err(|e| format!("no --kubeconfig and no in-cluster config: {e}"))?,
     };
-    Client::try_from(config).map_err(|e| format!("the management cluster's client: {e}"))
+    // controller-ops: behind the --kube-qps/--kube-burst bucket.
+    sandbox_readiness_controller::qps::client(config)
+        .map_err(|e| format!("the management cluster's client: {e}"))
 }
 
 async fn main_async(args: Args) -> ExitCode {
@@ -110,6 +112,7 @@ async fn main_async(args: Args) -> ExitCode {
         eprintln!("{e}");
         return ExitCode::from(2);
     }
+    args.ops.set_client_limits();
     let client = match management_client(args.kubeconfig.as_ref()).await {
         Ok(c) => c,
         Err(e) => {

@@ -36,6 +36,13 @@ pub struct OpsArgs {
     /// off unless given).
     #[arg(long, env = "SANDBOX_READINESS_HTTP_LISTEN")]
     pub http_listen: Option<std::net::SocketAddr>,
+    /// Requests per second to each API server (a token bucket, as
+    /// client-go's).
+    #[arg(long, default_value_t = 50.0)]
+    pub kube_qps: f64,
+    /// Requests each API server may get at once above --kube-qps.
+    #[arg(long, default_value_t = 100)]
+    pub kube_burst: u32,
 }
 
 impl OpsArgs {
@@ -47,8 +54,19 @@ impl OpsArgs {
         }
     }
 
+    /// Makes every kube client built from now on use these limits.
+    pub fn set_client_limits(&self) {
+        crate::qps::set_limits(crate::qps::Limits {
+            qps: self.kube_qps,
+            burst: self.kube_burst,
+        });
+    }
+
     /// Refusals at start, as one line.
     pub fn check(&self) -> Result<(), String> {
+        if !(self.kube_qps.is_finite() && self.kube_qps > 0.0) || self.kube_burst == 0 {
+            return Err("--kube-qps and --kube-burst must be greater than zero".into());
+        }
         if self.leader_elect {
             self.timing().check().map_err(|e| e.to_string())?;
             if self.leader_elect_resource_name.is_empty() {
