@@ -131,6 +131,10 @@ impl HostPaths {
             "/usr/local/bin",
             "/run/containerd",
             "/var/lib/containerd",
+            // `serve --kubeconfig`: kubelet's kubeconfig and its rotated
+            // client certificate (directories: the files come later).
+            "/etc/kubernetes",
+            "/var/lib/kubelet",
         ]
     }
 }

@@ -809,6 +809,52 @@ fn the_binary_accepts_the_spec_environment() {
     );
 }
 
+/// Files kubelet creates only once it has bootstrapped, after the
+/// extension service starts (and the directory it rotates its client
+/// certificate in, which machined may remove and recreate): a bind of any of
+/// them would be created by machined as an empty directory (MkdirAll) or
+/// pinned stale.
+const KUBELET_CREATES: [&str; 4] = [
+    "/etc/kubernetes/kubeconfig-kubelet",
+    "/etc/kubernetes/bootstrap-kubeconfig",
+    "/var/lib/kubelet/pki",
+    "/var/lib/kubelet/pki/kubelet-client-current.pem",
+];
+
+#[test]
+fn spec_binds_no_path_kubelet_has_yet_to_create() {
+    let spec = load_spec();
+    for m in &spec.container.mounts {
+        for created in KUBELET_CREATES {
+            assert!(
+                !Path::new(&m.source).starts_with(created),
+                "{m:?} binds {created}, which kubelet creates later"
+            );
+        }
+    }
+    // What `serve --kubeconfig` reads is inside the directories bound.
+    for read in [
+        "/etc/kubernetes/kubeconfig-kubelet",
+        "/var/lib/kubelet/pki/kubelet-client-current.pem",
+    ] {
+        let m = spec
+            .container
+            .mounts
+            .iter()
+            .find(|m| Path::new(read).starts_with(&m.destination))
+            .unwrap_or_else(|| panic!("{read} is not under any mount"));
+        assert!(m.options.iter().any(|o| o == "ro"), "{m:?}");
+    }
+    // A volume mounted there after the service starts must reach it.
+    let kubelet = spec
+        .container
+        .mounts
+        .iter()
+        .find(|m| m.destination == "/var/lib/kubelet")
+        .unwrap();
+    assert!(kubelet.options.iter().any(|o| o == "rslave"), "{kubelet:?}");
+}
+
 #[test]
 fn spec_mounts_are_the_host_paths_defaults_read_only() {
     let spec = load_spec();

@@ -34,6 +34,20 @@ async fn statuses_during(env: &Env, m: &str, d: Duration) -> Vec<String> {
     seen
 }
 
+/// Writes a True condition with a new reason and waits until the Machine
+/// shows it: the controller has seen this heartbeat.
+async fn heartbeat_seen(env: &Env, reason: &str) {
+    env.agent_writes("w1", "True", reason, &[SYSCTL]);
+    let start = Instant::now();
+    while env.condition("m1").unwrap().1 != reason {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "the workload watch did not deliver {reason}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn patches(env: &Env, machine: &str) -> usize {
     env.mgmt
         .requests()
@@ -50,7 +64,7 @@ async fn a_workload_outage_keeps_the_last_status_up_to_stale_after() {
     env.wait_status("m1", "True", Duration::from_secs(20)).await;
 
     // Shorter than --stale-after: nothing changes on the Machine.
-    env.agent_writes("w1", "True", "Converged", &[SYSCTL]);
+    heartbeat_seen(&env, "ConvergedFresh").await;
     env.wl.faults().down().await;
     let seen = statuses_during(&env, "m1", Duration::from_secs(3)).await;
     assert_eq!(seen, ["True"], "{seen:?}");
@@ -61,7 +75,9 @@ async fn a_workload_outage_keeps_the_last_status_up_to_stale_after() {
 
     // Longer: Unknown / ConditionStale once the last heartbeat is older
     // than --stale-after, True again when the cluster and the agent are back.
-    env.agent_writes("w1", "True", "Converged", &[SYSCTL]);
+    // First the watch is seen live again (a new reason reaches the Machine),
+    // so the heartbeat the outage starts from is the one just written.
+    heartbeat_seen(&env, "ConvergedAgain").await;
     let down_at = Instant::now();
     env.wl.faults().down().await;
     env.wait_status("m1", "Unknown", Duration::from_secs(10))

@@ -48,6 +48,8 @@ pub struct Scrape {
     /// The gRPC connection slots and their number: held = number − free.
     pub grpc_slots: Arc<Semaphore>,
     pub grpc_max_connections: usize,
+    /// The Node writer's counters, when it runs.
+    pub node_writer: Option<Arc<super::writer::Stats>>,
 }
 
 impl Scrape {
@@ -58,6 +60,7 @@ impl Scrape {
         stats.connections = self
             .grpc_max_connections
             .saturating_sub(self.grpc_slots.available_permits()) as u64;
+        stats.node_writer = self.node_writer.as_ref().map(|w| w.snapshot());
         render(&report, &self.defaults, &stats)
     }
 

@@ -11,6 +11,7 @@ mod source;
 pub mod state;
 mod token;
 mod tracked;
+pub mod writer;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -87,6 +88,9 @@ pub struct ServeConfig {
     pub allow_canary: Vec<String>,
     /// At most one canary per handler per this (`--canary-interval`).
     pub canary_interval: Duration,
+    /// Keep the Node's condition, labels and annotation
+    /// (`--kubeconfig`); `None`: the writer is off.
+    pub node_writer: Option<writer::WriterConfig>,
 }
 
 /// How the agent stopped after SIGTERM/SIGINT.
@@ -140,6 +144,8 @@ pub enum ServeError {
     MetricsClientNameWithoutListen,
     #[error("--require-canary {0} needs --allow-canary {0}: the agent runs a canary only for handlers it is allowed to")]
     CanaryNotAllowed(String),
+    #[error(transparent)]
+    Writer(#[from] writer::WriterError),
     #[error("server failed: {0}")]
     Server(#[from] tonic::transport::Error),
 }
@@ -204,6 +210,9 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
         .find(|h| !conf.allow_canary.contains(h))
     {
         return Err(ServeError::CanaryNotAllowed(h.clone()));
+    }
+    if let Some(w) = &conf.node_writer {
+        writer::precheck(w, &conf.desired)?;
     }
     let desired = conf.desired.clone();
     let nofile = raise_fd_limit();
@@ -313,6 +322,16 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
     )
     .allow_canaries(conf.allow_canary.clone());
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let writer_stats = conf
+        .node_writer
+        .as_ref()
+        .map(|_| Arc::new(writer::Stats::default()));
+    if let (Some(mut w), Some(stats)) = (conf.node_writer.clone(), writer_stats.clone()) {
+        // What the node is judged against, in the desired-state library's
+        // form, so the readiness gate can compare it with its pool's.
+        w.desired_annotation = Some(crate::desired::to_annotation(&desired)?);
+        tokio::spawn(writer::run(w, svc.clone(), stats, shutdown_rx.clone()));
+    }
     // Ends with the runtime; the reloader with this handle.
     let _metrics_reloader = match &metrics_tls {
         Some(t) => Some(t.spawn_reloader(ReloadOptions::default())?),
@@ -325,6 +344,7 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
             defaults: Arc::new(desired),
             grpc_slots: slots.clone(),
             grpc_max_connections: limits.max_connections,
+            node_writer: writer_stats.clone(),
         };
         tokio::spawn(metrics::serve(l, metrics_tls, scrape));
     }

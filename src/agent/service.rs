@@ -150,6 +150,30 @@ impl Service {
     }
 }
 
+impl Service {
+    /// The verdict `Check` with an empty request gives: the agent's
+    /// defaults against the latest report, with the sandbox probe and the
+    /// canaries they need (the Node writer's complete verdict).
+    pub async fn default_verdict(&self) -> Result<(Arc<Report>, Verdict), Status> {
+        let desired = (*self.defaults).clone();
+        let report = self.report(false, desired.require_sandbox_probe).await?;
+        let report = self.with_requested_sysctls(report, &desired).await?;
+        let report = self.with_canaries(report, &desired).await?;
+        let verdict = evaluate::evaluate(&report, &desired);
+        Ok((report, verdict))
+    }
+
+    /// The agent's defaults.
+    pub fn defaults(&self) -> &DesiredState {
+        &self.defaults
+    }
+
+    /// The observation cache this service reads.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+}
+
 fn state_status(e: StateError) -> Status {
     match e {
         StateError::Busy => Status::resource_exhausted(e.to_string()),

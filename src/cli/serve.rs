@@ -4,7 +4,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::Args;
 use sandbox_readiness::{
-    agent::{self, ServeConfig, Stopped},
+    agent::{self, writer::WriterConfig, ServeConfig, Stopped},
     observe::ObserveConfig,
     proto::v1::DesiredState,
     tls::TlsPaths,
@@ -123,6 +123,36 @@ pub struct ServeArgs {
     /// At most one canary per handler per this; a request in between gets the last result (with its age).
     #[arg(long, default_value = "10m", value_parser = parse_duration, env = "SANDBOX_READINESS_CANARY_INTERVAL")]
     pub canary_interval: Duration,
+    /// Keep this node's Node condition (and with --handler-labels its labels) from the agent's verdict, with this kubeconfig (on Talos the kubelet's, /etc/kubernetes/kubeconfig-kubelet). Off by default. Needs a desired state.
+    #[arg(long, value_name = "PATH", env = "SANDBOX_READINESS_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The Node to write; default: NAME of the kubeconfig's system:node:NAME client certificate (any other credential needs this flag).
+    #[arg(
+        long,
+        value_name = "NAME",
+        env = "SANDBOX_READINESS_NODE_NAME",
+        requires = "kubeconfig"
+    )]
+    pub node_name: Option<String>,
+    /// The Node condition type written (the readiness-gate controller's flag has the same name and default).
+    #[arg(long, default_value = sandbox_readiness::nodestatus::DEFAULT_CONDITION_TYPE, env = "SANDBOX_READINESS_CONDITION_TYPE")]
+    pub condition_type: String,
+    /// Write the condition at least this often when nothing changed (its lastHeartbeatTime).
+    #[arg(long, default_value = "5m", value_parser = parse_positive_duration, env = "SANDBOX_READINESS_NODE_HEARTBEAT")]
+    pub node_heartbeat: Duration,
+    /// Also keep sandbox-readiness.io/<handler>=ready|not-ready|unknown labels for every runtime handler the desired state names (for RuntimeClass scheduling.nodeSelector).
+    #[arg(
+        long,
+        env = "SANDBOX_READINESS_HANDLER_LABELS",
+        requires = "kubeconfig"
+    )]
+    pub handler_labels: bool,
+    /// Read the Node again this often, so a re-registered Node is rewritten (hidden: for tuning).
+    #[arg(long, hide = true, default_value = "10s", value_parser = parse_positive_duration, env = "SANDBOX_READINESS_NODE_RESYNC")]
+    pub node_resync: Duration,
+    /// Deadline of one request to the API server (hidden: for tests).
+    #[arg(long, hide = true, default_value = "10s", value_parser = parse_positive_duration, env = "SANDBOX_READINESS_NODE_REQUEST_TIMEOUT")]
+    pub node_request_timeout: Duration,
     #[command(flatten)]
     pub host: HostArgs,
     /// The desired state `Check` uses when a request carries none.
@@ -169,6 +199,16 @@ impl ServeArgs {
             desired,
             allow_canary: self.allow_canary.clone(),
             canary_interval: self.canary_interval,
+            node_writer: self.kubeconfig.as_ref().map(|k| WriterConfig {
+                kubeconfig: k.clone(),
+                node_name: self.node_name.clone(),
+                condition_type: self.condition_type.clone(),
+                heartbeat: self.node_heartbeat,
+                handler_labels: self.handler_labels,
+                request_timeout: self.node_request_timeout,
+                resync: self.node_resync,
+                desired_annotation: None,
+            }),
         }
     }
 }

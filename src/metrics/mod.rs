@@ -93,6 +93,19 @@ pub struct AgentStats {
     /// Connections held now on the gRPC port(s).
     pub connections: u64,
     pub observation_duration: HistogramSnapshot,
+    /// The Node writer's numbers (`serve --kubeconfig`), when it runs.
+    pub node_writer: Option<NodeWriterStats>,
+}
+
+/// What the Node writer counts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeWriterStats {
+    /// Successful writes (PATCH requests) to the Node.
+    pub writes: u64,
+    /// Failed requests per reason (`timeout`, `forbidden`, …).
+    pub failures: Vec<(&'static str, u64)>,
+    /// When the last write succeeded (Unix time).
+    pub last_success: Option<f64>,
 }
 
 const PROBE_OUTCOMES: [(ProbeOutcome, &str); 5] = [
@@ -352,6 +365,32 @@ pub fn render(report: &Report, defaults: &DesiredState, agent: &AgentStats) -> S
         h.sum_seconds,
         h.count,
     );
+
+    if let Some(w) = &agent.node_writer {
+        e.single(
+            &m("node_writes_total"),
+            Kind::Counter,
+            "Writes (PATCH requests) of the Node's condition, labels and annotations that succeeded.",
+            w.writes as f64,
+        );
+        let name = m("node_write_failures_total");
+        e.family(
+            &name,
+            Kind::Counter,
+            "Requests to the API server that failed, by reason.",
+        );
+        for (reason, n) in &w.failures {
+            e.sample(&name, &[("reason", reason)], *n as f64);
+        }
+        if let Some(t) = w.last_success {
+            e.single(
+                &m("node_last_write_success_timestamp_seconds"),
+                Kind::Gauge,
+                "When a write to the Node last succeeded (Unix time).",
+                t,
+            );
+        }
+    }
 
     let name = m("build_info");
     e.family(

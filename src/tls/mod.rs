@@ -89,7 +89,7 @@ mod accept;
 mod client;
 mod error;
 mod init;
-mod pem;
+pub(crate) mod pem;
 mod server;
 
 pub use accept::{address_key, incoming, AcceptCounts, AcceptLimits, AcceptStats, TlsIncoming};
