@@ -1,5 +1,5 @@
 //! deploy/: `kubectl kustomize deploy/` renders; every rendered object
-//! matches the upstream Kubernetes OpenAPI types (k8s-openapi 0.29, the
+//! matches the upstream Kubernetes OpenAPI types (k8s-openapi 0.29, v1_37, the
 //! code generated from the Kubernetes release's published
 //! `api/openapi-spec/swagger.json`): required fields present, types right,
 //! and no field the schema does not know (the object read into its typed
