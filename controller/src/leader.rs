@@ -191,7 +191,7 @@ pub fn next_record(
     wall: Timestamp,
 ) -> Option<Record> {
     let mine = read.holder.as_deref() == Some(me);
-    if let Some(_other) = read.holder.as_deref().filter(|_| !mine) {
+    if !mine && read.holder.is_some() {
         // client-go uses the duration the record states, measured from our
         // observation of it.
         let held_for = Duration::from_secs(u64::try_from(read.lease_seconds.max(1)).unwrap_or(1));

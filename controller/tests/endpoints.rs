@@ -2,6 +2,8 @@
 //! /metrics; the served text passes `promtool check metrics`, and a real
 //! Prometheus scrapes it and sees a write counted.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::{

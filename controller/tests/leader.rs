@@ -4,6 +4,8 @@
 //! and the process gone within 5 s; a leader that loses its Lease stops
 //! writing.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},

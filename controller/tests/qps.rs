@@ -4,6 +4,8 @@
 //! close to it (the limit, not the work, sets the pace); then, at rest, no
 //! write at all.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::time::{Duration, Instant};
