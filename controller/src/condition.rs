@@ -61,6 +61,11 @@ pub const NODE_READY_FALLBACK: &str = "NodeSandboxReady";
 pub const NODE_NOT_READY_FALLBACK: &str = "NodeSandboxNotReady";
 pub const NODE_UNKNOWN_FALLBACK: &str = "NodeSandboxUnknown";
 
+/// The agent writes its condition, then its desired-state annotation: a
+/// True condition this fresh without an annotation is left alone (not
+/// judged `DesiredStateNotChecked` for the moment between the two writes).
+pub const ANNOTATION_GRACE: Duration = Duration::from_secs(10);
+
 /// Longest message written (the schema allows 32768; an Event's note 1 kB).
 pub const MAX_MESSAGE: usize = 1000;
 
@@ -267,6 +272,9 @@ pub fn decide(
                         message(&c.message),
                     ),
                     DesiredCheck::NotYetKnown => Decision::Keep,
+                    DesiredCheck::NoAnnotation if age.is_some_and(|a| a < ANNOTATION_GRACE) => {
+                        Decision::Keep
+                    }
                     DesiredCheck::NoAnnotation => verdict(
                         Status::False,
                         DESIRED_STATE_NOT_CHECKED,
@@ -465,9 +473,15 @@ mod tests {
             ),
             (
                 "no annotation",
-                node(True, "R", Some(9_990), D::NoAnnotation),
+                node(True, "R", Some(9_980), D::NoAnnotation),
                 true,
                 w(False, DESIRED_STATE_NOT_CHECKED),
+            ),
+            (
+                "no annotation yet (the agent writes it just after)",
+                node(True, "R", Some(9_995), D::NoAnnotation),
+                true,
+                None,
             ),
             (
                 "unreadable",

@@ -36,7 +36,7 @@ async fn statuses_during(env: &Env, m: &str, d: Duration) -> Vec<String> {
 
 /// Writes a True condition with a new reason and waits until the Machine
 /// shows it: the controller has seen this heartbeat.
-async fn heartbeat_seen(env: &Env, reason: &str) {
+async fn heartbeat_seen(env: &Env, reason: &str) -> Instant {
     env.agent_writes("w1", "True", reason, &[SYSCTL]);
     let start = Instant::now();
     while env.condition("m1").unwrap().1 != reason {
@@ -46,6 +46,7 @@ async fn heartbeat_seen(env: &Env, reason: &str) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    start
 }
 
 fn patches(env: &Env, machine: &str) -> usize {
@@ -77,15 +78,16 @@ async fn a_workload_outage_keeps_the_last_status_up_to_stale_after() {
     // than --stale-after, True again when the cluster and the agent are back.
     // First the watch is seen live again (a new reason reaches the Machine),
     // so the heartbeat the outage starts from is the one just written.
-    heartbeat_seen(&env, "ConvergedAgain").await;
-    let down_at = Instant::now();
+    let written = heartbeat_seen(&env, "ConvergedAgain").await;
     env.wl.faults().down().await;
     env.wait_status("m1", "Unknown", Duration::from_secs(10))
         .await;
-    let held = down_at.elapsed();
+    // Measured from the heartbeat (stamped in whole seconds, so up to 1 s
+    // older than `written`).
+    let held = written.elapsed();
     assert!(
         held >= Duration::from_secs(5),
-        "Unknown after only {held:?}"
+        "Unknown {held:?} after the last heartbeat"
     );
     let c = env.condition("m1").unwrap();
     assert_eq!(c.1, "ConditionStale", "{c:?}");

@@ -176,21 +176,36 @@ async fn a_node_that_does_not_check_its_pools_sysctls_is_desired_state_not_check
     // The agent told the pool's value: True.
     env.agent_writes("w1", "True", "Converged", &[SYSCTL]);
     env.wait_status("m1", "True", Duration::from_secs(3)).await;
-    // A Node with no annotation at all.
+    // A Node with no annotation at all (an agent that writes none; its
+    // condition older than the moment between the agent's two writes).
+    env.agent_writes_at(
+        "w2",
+        "True",
+        "Converged",
+        &[("user.max_user_namespaces", "1")],
+        &ago(Duration::from_secs(20)),
+    );
     let mut n = env.wl.get("v1", "Node", "", "w2").unwrap();
     n["metadata"]["annotations"]
         .as_object_mut()
         .unwrap()
         .remove("sandbox-readiness.io/desired");
     env.wl.put(n).unwrap();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    let start = std::time::Instant::now();
+    while !env.condition("m2").unwrap().2.contains("annotation") {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            env.condition("m2")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let c = env.condition("m2").unwrap();
     assert_eq!(
         (c.0.as_str(), c.1.as_str()),
         ("False", "DesiredStateNotChecked"),
         "{c:?}"
     );
-    assert!(c.2.contains("annotation"), "{c:?}");
     no_secret_in(&ctl.log());
 }
 
@@ -381,4 +396,42 @@ async fn kubectl_waits_on_the_machine_condition() {
         "{:?}",
         start.elapsed()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_cluster_drops_its_workload_client() {
+    let env = Env::start().await;
+    env.deployment("md-a", false, true, 0);
+    env.node("w1");
+    env.machine("md-a", "m1", true, &[SYSCTL], Some("w1"));
+    env.agent_writes("w1", "True", "Converged", &[SYSCTL]);
+    let ctl = env.controller(&[]);
+    env.wait_status("m1", "True", Duration::from_secs(20)).await;
+    let lists = || {
+        env.wl
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.method == "GET" && r.path == "/api/v1/nodes" && !r.query.contains("watch=true")
+            })
+            .count()
+    };
+    assert_eq!(lists(), 1);
+    env.mgmt.delete(MACHINE_AV, "Cluster", NS, CLUSTER).unwrap();
+    let start = std::time::Instant::now();
+    while !ctl.log().contains("its workload client is dropped") {
+        assert!(start.elapsed() < Duration::from_secs(5), "{}", ctl.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The Machine keeps its condition (the cluster is not read, for less
+    // than --stale-after); a new Cluster of the name gets a new client.
+    assert_eq!(env.status("m1").as_deref(), Some("True"));
+    env.mgmt.create(cluster(CLUSTER)).unwrap();
+    let start = std::time::Instant::now();
+    while lists() < 2 {
+        assert!(start.elapsed() < Duration::from_secs(5), "no new client");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    env.agent_writes("w1", "False", "SysctlMismatch", &[SYSCTL]);
+    env.wait_status("m1", "False", Duration::from_secs(5)).await;
 }
