@@ -494,14 +494,20 @@ mod tests {
     #[test]
     fn timing_rules() {
         assert_eq!(Timing::default().check(), Ok(()));
-        let mut t = Timing::default();
-        t.renew_deadline = Duration::from_secs(15);
+        let t = Timing {
+            renew_deadline: Duration::from_secs(15),
+            ..Timing::default()
+        };
         assert_eq!(t.check(), Err(TimingError::LeaseNotLonger));
-        let mut t = Timing::default();
-        t.retry_period = Duration::from_secs(9);
+        let t = Timing {
+            retry_period: Duration::from_secs(9),
+            ..Timing::default()
+        };
         assert_eq!(t.check(), Err(TimingError::DeadlineTooShort));
-        let mut t = Timing::default();
-        t.retry_period = Duration::ZERO;
+        let t = Timing {
+            retry_period: Duration::ZERO,
+            ..Timing::default()
+        };
         assert_eq!(t.check(), Err(TimingError::Zero));
     }
 
