@@ -163,6 +163,15 @@ if ! OUT=$SR_EXTENSION_OUT scripts/build-extension.sh; then
 	overall=1
 fi
 
+echo "== controller image"
+# The controller's OCI image (static musl binary, no base image); its digest
+# is in the output. Built in the extension's target dir, which already holds
+# the node crate's release musl build.
+if ! OUT=$SR_EXTENSION_OUT CONTROLLER_TARGET_DIR=$EXTENSION_TARGET_DIR scripts/build-controller-image.sh; then
+	echo "== controller image: scripts/build-controller-image.sh failed"
+	overall=1
+fi
+
 echo "== size gate"
 # The binary scripts/build-extension.sh just built with
 # `cargo build --release --locked --target x86_64-unknown-linux-musl`.

@@ -12,10 +12,15 @@
 
 pub mod condition;
 pub mod discovery;
+pub mod http;
 pub mod kubeconfig;
+pub mod leader;
 pub mod machine;
+pub mod metrics;
 pub mod node;
+pub mod ops;
 pub mod patch;
 pub mod pool;
+pub mod qps;
 pub mod run;
 pub mod workload;

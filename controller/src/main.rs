@@ -12,7 +12,7 @@ use kube::{
     config::{KubeConfigOptions, Kubeconfig},
     Client, Config,
 };
-use sandbox_readiness_controller::{discovery, run};
+use sandbox_readiness_controller::{discovery, ops, run};
 
 /// Mirrors each workload Node's sandbox readiness condition onto its Cluster
 /// API Machine, so a Machine readiness gate holds a rollout until the new
@@ -39,6 +39,9 @@ struct Args {
     /// once after a 401 or a TLS failure).
     #[arg(long, env = "SANDBOX_READINESS_SECRET_RESYNC", default_value = "30s", value_parser = humantime::parse_duration)]
     secret_resync: Duration,
+    /// Leader election, endpoints, client limits (controller-ops).
+    #[command(flatten)]
+    ops: ops::OpsArgs,
 }
 
 /// `metav1.Condition.type`: an optional DNS subdomain prefix and `/`, then
@@ -88,7 +91,9 @@ async fn management_client(path: Option<&PathBuf>) -> Result<Client, String> {
         None => Config::incluster()
             .map_err(|e| format!("no --kubeconfig and no in-cluster config: {e}"))?,
     };
-    Client::try_from(config).map_err(|e| format!("the management cluster's client: {e}"))
+    // controller-ops: behind the --kube-qps/--kube-burst bucket.
+    sandbox_readiness_controller::qps::client(config)
+        .map_err(|e| format!("the management cluster's client: {e}"))
 }
 
 async fn main_async(args: Args) -> ExitCode {
@@ -103,6 +108,11 @@ async fn main_async(args: Args) -> ExitCode {
         eprintln!("--stale-after and --secret-resync must be longer than zero");
         return ExitCode::from(2);
     }
+    if let Err(e) = args.ops.check() {
+        eprintln!("{e}");
+        return ExitCode::from(2);
+    }
+    args.ops.set_client_limits();
     let client = match management_client(args.kubeconfig.as_ref()).await {
         Ok(c) => c,
         Err(e) => {
@@ -132,15 +142,27 @@ async fn main_async(args: Args) -> ExitCode {
         secret_resync: args.secret_resync,
         instance: std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()),
     };
+    let ops = match ops::Ops::start(&client, &args.ops).await {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let gate = ops.gate();
     tokio::select! {
-        r = run::run(client, settings) => match r {
+        r = run::run_gated(client, settings, gate) => match r {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("{e}");
                 ExitCode::from(1)
             }
         },
-        () = shutdown() => ExitCode::SUCCESS,
+        () = shutdown() => {
+            // The leader hands its Lease back before it exits.
+            ops.stop().await;
+            ExitCode::SUCCESS
+        }
     }
 }
 

@@ -122,10 +122,22 @@ struct Loop {
     written: HashMap<(String, String), (String, DynamicObject)>,
     started: SystemTime,
     notify: Arc<Notify>,
+    /// Leader election's "may write" (controller-ops hook).
+    gate: crate::leader::Gate,
 }
 
 /// Runs until the process is stopped. Errors only at start.
 pub async fn run(mgmt: Client, s: Settings) -> Result<(), kube::Error> {
+    run_gated(mgmt, s, crate::leader::Gate::always()).await
+}
+
+/// [`run`], writing only while `gate` is open (leader election: the
+/// standby keeps its caches warm and decides, but does not write).
+pub async fn run_gated(
+    mgmt: Client,
+    s: Settings,
+    gate: crate::leader::Gate,
+) -> Result<(), kube::Error> {
     let notify = Arc::new(Notify::new());
     let machine_ar = resource("Machine", "machines");
     let machines = spawn_reflector(&mgmt, &machine_ar, notify.clone());
@@ -144,6 +156,7 @@ pub async fn run(mgmt: Client, s: Settings) -> Result<(), kube::Error> {
             tracing::error!("the {what} watch ended before its first list");
         }
     }
+    crate::metrics::global().set_synced(); // controller-ops hook: /readyz
     tracing::info!(
         machines = machines.len(),
         clusters = clusters.len(),
@@ -170,6 +183,7 @@ pub async fn run(mgmt: Client, s: Settings) -> Result<(), kube::Error> {
         written: HashMap::new(),
         started: SystemTime::now(),
         notify: notify.clone(),
+        gate,
     };
     loop {
         l.round().await;
@@ -187,6 +201,9 @@ pub async fn run(mgmt: Client, s: Settings) -> Result<(), kube::Error> {
 
 impl Loop {
     async fn round(&mut self) {
+        // controller-ops hook: the round's metrics.
+        let round_started = std::time::Instant::now();
+        let mut watched: Vec<(String, Option<String>)> = Vec::new();
         // Workload clusters: one per Cluster, dropped with it.
         let clusters: HashSet<(String, String)> =
             self.clusters.state().iter().map(|c| key(c)).collect();
@@ -233,6 +250,10 @@ impl Loop {
             if !machine::selected(&v, |d| mirrored.contains(&(k.0.clone(), d.to_string()))) {
                 continue;
             }
+            watched.push((
+                format!("{}/{}", k.0, v.cluster.unwrap_or("")),
+                crate::metrics::status_of(&whole, &self.s.condition_type),
+            ));
             if let Some(b) = v.bootstrap_secret {
                 boot_secrets.insert((k.0.clone(), b.to_string()));
             }
@@ -251,6 +272,7 @@ impl Loop {
         self.written.retain(|k, _| present.contains(k));
         self.pools
             .retain(|ns, n| boot_secrets.contains(&(ns.to_string(), n.to_string())));
+        crate::metrics::global().round(&watched, round_started.elapsed());
     }
 
     async fn seen(&mut self, ns: &str, v: &machine::MachineView<'_>) -> NodeSeen {
@@ -325,9 +347,15 @@ impl Loop {
                 return;
             };
             let body = patch::body(&rv, &plan.conditions);
+            // Leader election: asked right before each write, so a leader
+            // that lost its Lease stops at once (controller-ops hook).
+            if !self.gate.may_write() {
+                return;
+            }
             match timed(api.patch_status(&k.1, &PatchParams::default(), &Patch::Merge(&body))).await
             {
                 Ok(after) => {
+                    crate::metrics::global().write_ok();
                     tracing::info!(
                         machine = %machine,
                         status = verdict.status.as_str(),
@@ -341,6 +369,7 @@ impl Loop {
                     return;
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
+                    crate::metrics::global().conflict();
                     tracing::debug!(machine = %machine, "409: the Machine changed since it was read; reading it again");
                     match timed(api.get_status(&k.1)).await {
                         Ok(fresh) => current = fresh,
@@ -352,6 +381,7 @@ impl Loop {
                 }
                 Err(kube::Error::Api(s)) if s.code == 404 => return,
                 Err(e) => {
+                    crate::metrics::global().write_failed();
                     tracing::warn!(machine = %machine, error = %e, "writing the condition failed; retrying next round");
                     return;
                 }
@@ -373,8 +403,11 @@ impl Loop {
             secondary: None,
         };
         let r = m.object_ref(&self.machine_ar);
-        if let Err(e) = timed(self.recorder.publish(&ev, &r)).await {
-            tracing::warn!(machine = %m.name_any(), error = %e, "recording an Event failed");
+        match timed(self.recorder.publish(&ev, &r)).await {
+            Ok(()) => crate::metrics::global().event(),
+            Err(e) => {
+                tracing::warn!(machine = %m.name_any(), error = %e, "recording an Event failed")
+            }
         }
     }
 }

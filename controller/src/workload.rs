@@ -188,7 +188,8 @@ impl Workload {
                 return;
             }
         };
-        let client = match Client::try_from(config) {
+        let client = match crate::qps::client(config) {
+            // controller-ops: QPS limit
             Ok(c) => c,
             Err(_) => {
                 let why = format!("Secret {full}: no client can be built from the kubeconfig");
@@ -249,6 +250,7 @@ impl Workload {
                         }
                     }
                     Err(e) => {
+                        crate::metrics::global().workload_error(&cluster); // controller-ops hook
                         let line = describe(&e);
                         let mut h = lock(&health);
                         if h.error.is_none() {
