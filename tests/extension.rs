@@ -1031,6 +1031,17 @@ fn pkg_yaml_builds_the_same_tree_as_the_local_build() {
     assert!(fetch < build);
     let build_text = serde_yaml_ng::to_string(&steps[build]).unwrap();
     assert!(build_text.contains("--offline") && build_text.contains("--locked"));
+    // The shipped binaries' profile, as scripts/build-extension.sh builds them.
+    assert!(
+        build_text.contains("--profile ship")
+            && text.contains("-unknown-linux-musl/ship/sandbox-readiness"),
+        "pkg.yaml must build and install the `ship` profile's binary"
+    );
+    let script = fs::read_to_string(repo().join("scripts/build-extension.sh")).unwrap();
+    assert!(
+        script.contains("profile=ship"),
+        "build-extension.sh builds --profile ship"
+    );
     assert!(
         build_text.contains("extensions-validator validate") && build_text.contains("${PKG_NAME}"),
         "the standard extensions-validator test step"
