@@ -28,7 +28,8 @@
 //! | x86_64 | qemu-system-x86_64 | `pc`, `-cpu max` | ttyS0 |
 //! | aarch64 | qemu-system-aarch64 | `virt`, `-cpu cortex-a57` (TCG runs it ~3× faster than `max`, whose pointer authentication it emulates) | ttyAMA0 |
 //!
-//! Each boot takes about 5 s (x86_64) or 10 s (aarch64) here; at most
+//! A boot takes 4–8 s (aarch64) and 5 s (x86_64; 14–30 s with the machine
+//! loaded by other builds) here; at most
 //! [`PARALLEL_BOOTS`] run at once and each is killed after [`BOOT_LIMIT`]. A
 //! kernel boots once per run, shared by its tests.
 
