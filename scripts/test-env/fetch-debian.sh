@@ -221,7 +221,8 @@ kernel() {
 # little-endian u32 at 8 and 12, the compression's name at 24.
 unpack_zboot() {
 	local file=$1
-	[ "$(head -c 8 "$file" | tail -c 4)" = zimg ] || return 0
+	# "zimg" in hex: the bytes before it hold NULs, which $(...) would drop.
+	[ "$(od -An -tx1 -j4 -N4 "$file" | tr -d ' \n')" = 7a696d67 ] || return 0
 	local offset size method
 	offset=$(od -An -tu4 -j8 -N4 "$file" | tr -d ' ')
 	size=$(od -An -tu4 -j12 -N4 "$file" | tr -d ' ')
