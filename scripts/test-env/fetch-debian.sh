@@ -280,7 +280,9 @@ runc_sid() {
 	patchelf --set-interpreter "$interp" --set-rpath "$dir/root/usr/lib/x86_64-linux-gnu" "$dir.new/runc"
 	printf '%s\n' "$runc" "$libc" "$seccomp" >"$dir.new/.from"
 	mv "$dir.new" "$dir"
-	"$dir/runc" --version | head -n1 | sed "s|^|fetch-debian: |; s|\$| in $dir|"
+	# sed reads all of it: `head -n1` could close the pipe while runc still
+	# writes, and the SIGPIPE would end this script (pipefail).
+	"$dir/runc" --version | sed -n "1{s|^|fetch-debian: |; s|\$| in $dir|; p}"
 }
 
 prometheus_bookworm() {
