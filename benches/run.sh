@@ -118,15 +118,16 @@ with open(sys.argv[1], "a") as f:
 EOF
 
 ###############################################################################
-X86=target/x86_64-unknown-linux-musl/release/sandbox-readiness
-ARM=target/aarch64-unknown-linux-musl/release/sandbox-readiness
+# The shipped binaries: Cargo's `ship` profile (Cargo.toml), as the image.
+X86=${CARGO_TARGET_DIR:-target}/x86_64-unknown-linux-musl/ship/sandbox-readiness
+ARM=${CARGO_TARGET_DIR:-target}/aarch64-unknown-linux-musl/ship/sandbox-readiness
 if [ -z "${SR_BENCH_SKIP_BUILD:-}" ]; then
-	note "build: static musl release binaries (x86_64, aarch64) and the load client"
-	cargo build --release --target x86_64-unknown-linux-musl >&2
-	cargo build --release --target aarch64-unknown-linux-musl >&2 ||
+	note "build: static musl ship binaries (x86_64, aarch64) and the load client"
+	cargo build --profile ship --target x86_64-unknown-linux-musl >&2
+	cargo build --profile ship --target aarch64-unknown-linux-musl >&2 ||
 		note "aarch64 build failed (scripts/install-test-deps.sh installs clang)"
 fi
-# The load client is a bench target; built optimised but without the release
+# The load client is a bench target; built optimised but without the ship
 # profile's size settings (LTO, opt-level z), which would only slow it.
 LOAD_SRC=${SR_BENCH_LOAD:-}
 NEED_LOAD=

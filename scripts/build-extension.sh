@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Builds the sandbox-readiness Talos system extension without Docker.
+# Builds the sandbox-readiness Talos system extension without Docker, from the
+# static musl binaries of Cargo's `ship` profile (size-optimised, panic=abort,
+# no unwind tables; Cargo.toml), the one pkg.yaml builds too.
 #
 #   out/extension/<arch>/manifest.yaml + rootfs/   the extension tree (amd64, arm64)
 #   out/oci                                        OCI image layout:
@@ -16,7 +18,7 @@ umask 022
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${OUT:-$root/out}
 name=sandbox-readiness
-# A target dir of its own: release musl builds then neither wait on nor evict
+# A target dir of its own: ship musl builds then neither wait on nor evict
 # the debug builds in target/, also when this runs from inside `cargo test`.
 export CARGO_TARGET_DIR=${EXTENSION_TARGET_DIR:-$root/target/extension}
 
@@ -26,6 +28,7 @@ declare -A targets=(
 	[arm64]=aarch64-unknown-linux-musl
 )
 arches=(amd64 arm64)
+profile=ship
 # Service spec mount destinations that are files on a Talos node; every other
 # destination gets a directory as its mount point.
 file_mounts=(/etc/os-release /etc/machine-id)
@@ -61,7 +64,7 @@ package_version() {
 
 build_binaries() {
 	for arch in "${arches[@]}"; do
-		(cd "$root" && cargo build --release --locked --bin "$name" --target "${targets[$arch]}")
+		(cd "$root" && cargo build --profile "$profile" --locked --bin "$name" --target "${targets[$arch]}")
 	done
 }
 
@@ -77,7 +80,7 @@ lay_out_tree() {
 	# machined would answer the missing bind-mount source with MkdirAll on the
 	# read-only root when no other extension (gvisor) provides it.
 	install -d -m 0755 "$tree/rootfs/usr/local/bin"
-	install -m 0755 "$CARGO_TARGET_DIR/${targets[$arch]}/release/$name" "$croot/$name"
+	install -m 0755 "$CARGO_TARGET_DIR/${targets[$arch]}/$profile/$name" "$croot/$name"
 	install -m 0644 "$root/extension/$name.yaml" "$tree/rootfs/usr/local/etc/containers/$name.yaml"
 	sed "s/@VERSION@/$version/" "$root/extension/manifest.yaml.in" >"$tree/manifest.yaml"
 	chmod 0644 "$tree/manifest.yaml"

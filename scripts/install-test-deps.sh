@@ -5,10 +5,12 @@
 # util-linux and mount (unshare, nsenter, the boot id bind mount),
 # umoci/skopeo (extension image), qemu-user-static (the aarch64 binary),
 # clang (ring's C for aarch64), nghttp2-client, GNU time and llvm-strip (the
-# benchmarks), jq (the extension's image index), qemu-system-x86, busybox-static
-# and cpio (Talos's kernel lines booted under QEMU TCG with a busybox
-# initramfs), patchelf (sid's runc 1.3 repointed at sid's libc, see
-# scripts/test-env/fetch-debian.sh),
+# benchmarks), jq (the extension's image index), qemu-system-x86,
+# qemu-system-arm, busybox-static and cpio (Talos's kernel lines booted under
+# QEMU TCG with a busybox initramfs; the arm64 busybox-static is extracted
+# from Debian's arm64 .deb by scripts/test-env/fetch-debian.sh, not
+# installed), zstd (arm64 kernels packed as EFI zboot images), patchelf (sid's
+# runc 1.3 repointed at sid's libc, see scripts/test-env/fetch-debian.sh),
 # curl (the metrics port over mTLS, tests/metrics.rs),
 # the Rust musl targets, and grpcurl (reflection test).
 set -euo pipefail
@@ -17,7 +19,8 @@ need_apt=()
 for pair in containerd:containerd runsc:runsc umoci:umoci skopeo:skopeo \
             qemu-aarch64-static:qemu-user-static h2load:nghttp2-client clang:clang \
             nsenter:util-linux unshare:util-linux mount:mount readelf:binutils llvm-strip:llvm /usr/bin/time:time \
-            curl:curl jq:jq qemu-system-x86_64:qemu-system-x86 patchelf:patchelf cpio:cpio flock:util-linux; do
+            curl:curl jq:jq qemu-system-x86_64:qemu-system-x86 qemu-system-aarch64:qemu-system-arm \
+            patchelf:patchelf cpio:cpio flock:util-linux zstd:zstd; do
   bin=${pair%%:*} pkg=${pair#*:}
   command -v "$bin" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
@@ -56,8 +59,9 @@ for bin in containerd ctr /usr/bin/runsc unshare nsenter; do
   command -v "$bin" >/dev/null 2>&1 || { echo "install-test-deps: $bin is missing after the install" >&2; exit 1; }
 done
 
-# Parts from other Debian suites (kernels 6.1/6.12/7.x, containerd 2.1, runc
-# 1.3), extracted into a cache outside the checkout, never installed; a second
-# run downloads nothing.
+# Parts from other Debian suites and architectures (amd64 and arm64 kernels
+# 6.1/6.12/7.x, arm64 busybox-static, containerd 2.1, runc 1.3), extracted
+# into a cache outside the checkout, never installed; a second run downloads
+# nothing.
 scripts_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 "$scripts_dir/test-env/fetch-debian.sh"

@@ -15,15 +15,18 @@
 #   integration  the real kernel (user namespaces), private containerds
 #                (Debian's 1.6 and sid's 2.1), runsc sandboxes, real agents
 #                and `check` over sockets (root)
-#   slow         the Talos extension image: built here first (release musl
+#   slow         the Talos extension image: built here first (`ship` musl
 #                binaries for x86_64 and aarch64), then checked by the tests;
-#                the static binary booted under QEMU on Talos's kernel lines
-#                (Debian's 6.1, 6.12 and newest) and the extension run as
-#                machined runs it (containerd 2.1, runc, the service spec)
-# The parts from other Debian suites (kernels, containerd 2.1, runc 1.3) are
+#                both static binaries booted under QEMU on Talos's kernel
+#                lines (Debian's amd64 and arm64 6.1, 6.12 and newest) and
+#                the extension run as machined runs it (containerd 2.1, runc,
+#                the service spec)
+# The parts from other Debian suites (kernels, arm64 busybox, containerd 2.1,
+# runc 1.3) are
 # fetched once into a cache outside the checkout by
 # scripts/test-env/fetch-debian.sh, which scripts/install-test-deps.sh runs.
-# and, before the slow tier, a size gate on the static x86_64 binary.
+# Before the slow tier, a size gate on both shipped static binaries (x86_64
+# and aarch64, Cargo's `ship` profile): 4 MiB each, no unwind tables.
 #
 # Each tier prints its counts; the last lines are one per tier and a total,
 # each alone on its line: `<tier>: N passed, N failed, N skipped`. A skipped
@@ -45,8 +48,9 @@ integration_tests=(canary check_desired check_machines check_pool check_scale ch
 	identities gvisor_runsc hostile hostile_host lockout metrics node_condition node_runtime pod_userns polling serve_grpc
 	serve_tls userns_kernel)
 slow_tests=(extension extension_container kernels)
-# The static x86_64 binary may not grow past this (bytes).
+# Neither shipped static binary (x86_64, aarch64) may grow past this (bytes).
 size_limit=$((4 * 1024 * 1024))
+ship_targets=(x86_64-unknown-linux-musl aarch64-unknown-linux-musl)
 
 threads=${TEST_THREADS:-4}
 work=$(mktemp -d)
@@ -173,10 +177,16 @@ if ! OUT=$SR_EXTENSION_OUT CONTROLLER_TARGET_DIR=$EXTENSION_TARGET_DIR scripts/b
 fi
 
 echo "== size gate"
-# The binary scripts/build-extension.sh just built with
-# `cargo build --release --locked --target x86_64-unknown-linux-musl`.
-bin=$EXTENSION_TARGET_DIR/x86_64-unknown-linux-musl/release/sandbox-readiness
-if [ -f "$bin" ]; then
+# The binaries scripts/build-extension.sh just built with
+# `cargo build --profile ship --locked --target <arch>-unknown-linux-musl`:
+# each within 4 MiB, and neither with unwind tables (build.rs drops them).
+for target in "${ship_targets[@]}"; do
+	bin=$EXTENSION_TARGET_DIR/$target/ship/sandbox-readiness
+	if [ ! -f "$bin" ]; then
+		echo "size gate: FAILED: no $target ship binary at $bin"
+		overall=1
+		continue
+	fi
 	size=$(stat -c %s "$bin")
 	if [ "$size" -gt "$size_limit" ]; then
 		echo "size gate: FAILED: $bin is $size bytes, over the $size_limit-byte (4 MiB) budget"
@@ -184,10 +194,16 @@ if [ -f "$bin" ]; then
 	else
 		echo "size gate: ok: $bin is $size bytes (budget $size_limit)"
 	fi
-else
-	echo "size gate: FAILED: no x86_64 musl release binary at $bin"
-	overall=1
-fi
+	# What may stay: crtbegin/crtend's few bytes of .eh_frame (x86_64: 80),
+	# which the link needs (link/discard-eh-frame.ld); never a .eh_frame_hdr.
+	eh=$(readelf -SW "$bin" | sed -n 's/.* \.eh_frame  *PROGBITS  *[0-9a-f]*  *[0-9a-f]*  *\([0-9a-f]*\) .*/\1/p')
+	if readelf -SW "$bin" | grep -q '\.eh_frame_hdr ' || [ "$((16#${eh:-0}))" -gt 256 ]; then
+		echo "size gate: FAILED: $bin carries unwind tables (.eh_frame $((16#${eh:-0})) bytes)"
+		overall=1
+	else
+		echo "size gate: ok: $bin has no unwind tables (.eh_frame: $([ -n "$eh" ] && echo "$((16#$eh)) bytes of crtbegin/crtend" || echo none))"
+	fi
+done
 
 mapfile -t args < <(test_args "${slow_tests[@]}")
 run_tier slow "${args[@]}"

@@ -761,6 +761,84 @@ fn both_binaries_are_static_and_report_their_version() {
     assert!(emulated.contains(want), "arm64 --version said {emulated:?}");
 }
 
+/// Both shipped binaries are built without unwind tables (`--profile ship`,
+/// link/discard-eh-frame.ld), yet a panic still prints its message and
+/// aborts: `tls init` whose stdout is /dev/full panics in `print!`. The
+/// arm64 binary runs under qemu-aarch64-static, which dies of the same
+/// signal.
+#[test]
+fn both_binaries_lack_unwind_tables_and_a_panic_still_prints_and_aborts() {
+    use std::os::unix::process::ExitStatusExt;
+    let b = built();
+    for arch in ARCHES {
+        let bin = container_root(&b.unpacked[arch].join("rootfs")).join(NAME);
+        let sections = run_ok(
+            Command::new("readelf").arg("-SW").arg(&bin),
+            Duration::from_secs(20),
+        );
+        assert!(
+            !sections.contains(".eh_frame_hdr"),
+            "{arch}: a .eh_frame_hdr is back:\n{sections}"
+        );
+        // crtbegin/crtend keep their few bytes (x86_64: 0x50), nothing more.
+        for line in sections.lines().filter(|l| l.contains(" .eh_frame ")) {
+            let size = line
+                .split_whitespace()
+                .skip_while(|w| *w != "PROGBITS")
+                .nth(3)
+                .and_then(|h| u64::from_str_radix(h, 16).ok())
+                .unwrap_or(u64::MAX);
+            assert!(size <= 256, "{arch}: .eh_frame of {size} bytes: {line}");
+        }
+
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = if arch == "arm64" {
+            let mut c = Command::new("qemu-aarch64-static");
+            c.arg(&bin);
+            c
+        } else {
+            Command::new(&bin)
+        };
+        let err_path = dir.path().join("err");
+        let mut child = cmd
+            .env_remove("RUST_BACKTRACE")
+            .args(["tls", "init"])
+            .arg(dir.path().join("pki"))
+            .args(["--san", "localhost"])
+            .stdin(Stdio::null())
+            .stdout(
+                fs::OpenOptions::new()
+                    .write(true)
+                    .open("/dev/full")
+                    .unwrap(),
+            )
+            .stderr(fs::File::create(&err_path).unwrap())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if start.elapsed() > Duration::from_secs(120) {
+                let _ = child.kill();
+                panic!("{arch}: tls init did not finish within 120 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let stderr = fs::read_to_string(&err_path).unwrap_or_default();
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGABRT),
+            "{arch}: a panic must abort (panic=abort); it ended {status:?}:\n{stderr}"
+        );
+        assert!(
+            stderr.contains("panicked at") && stderr.contains("failed printing to stdout"),
+            "{arch}: the panic message is missing:\n{stderr}"
+        );
+    }
+}
+
 /// Exit code of the shipped amd64 binary's `probe` under `env` alone.
 fn probe_exit_code(env: &[String]) -> Option<i32> {
     let bin = container_root(&built().unpacked["amd64"].join("rootfs")).join(NAME);
@@ -1077,6 +1155,17 @@ fn pkg_yaml_builds_the_same_tree_as_the_local_build() {
     assert!(fetch < build);
     let build_text = serde_yaml_ng::to_string(&steps[build]).unwrap();
     assert!(build_text.contains("--offline") && build_text.contains("--locked"));
+    // The shipped binaries' profile, as scripts/build-extension.sh builds them.
+    assert!(
+        build_text.contains("--profile ship")
+            && text.contains("-unknown-linux-musl/ship/sandbox-readiness"),
+        "pkg.yaml must build and install the `ship` profile's binary"
+    );
+    let script = fs::read_to_string(repo().join("scripts/build-extension.sh")).unwrap();
+    assert!(
+        script.contains("profile=ship"),
+        "build-extension.sh builds --profile ship"
+    );
     assert!(
         build_text.contains("extensions-validator validate") && build_text.contains("${PKG_NAME}"),
         "the standard extensions-validator test step"

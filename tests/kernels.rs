@@ -1,6 +1,8 @@
-//! Talos's kernel lines, booted for real: Debian's packaged kernels under QEMU
-//! TCG (KVM stops with "emulation failure" on this nested VM), each with an
-//! initramfs of busybox-static and the shipped static musl binary, whose /init
+//! Talos's kernel lines, booted for real, on both architectures the extension
+//! ships: Debian's packaged amd64 and arm64 kernels under QEMU TCG (KVM stops
+//! with "emulation failure" on this nested VM; arm64 is emulated anyway),
+//! each with an initramfs of that architecture's busybox-static and the
+//! shipped static musl binary (`--profile ship`), whose /init
 //! (tests/fixtures/kernel/init) runs `probe --require-userns
 //! --require-idmap-mounts` as JSON and as a table, writes 0 to
 //! `user.max_user_namespaces` and runs both again, and prints every result
@@ -12,14 +14,24 @@
 //! | 6.12 | trixie   | Talos 1.9–1.11 |
 //! | 7.x  | sid      | newer than any Talos yet (this VM's 6.18 is 1.12+) |
 //!
-//! One more boot, with `ipv6.disable=1` on the command line, runs `serve` on
-//! its default listen address and asks it with `check` from inside the VM:
-//! the `disable_ipv6` sysctl does not stop a bind of `[::]`, so only the boot
-//! parameter proves the fallback.
+//! Talos 1.7–1.8's 6.6 line is tested on neither architecture: Debian has
+//! no 6.6 kernel.
 //!
-//! Each boot takes about 5 s here; at most [`PARALLEL_BOOTS`] run at once and
-//! each is killed after [`BOOT_LIMIT`]. A kernel boots once per run, shared by
-//! its tests.
+//! The 6.12 boot has `ipv6.disable=1` on its command line and first runs
+//! `serve` on its default listen address and asks it with `check` from inside
+//! the VM (the `disable_ipv6` sysctl does not stop a bind of `[::]`, so only
+//! the boot parameter proves the fallback), then the probes: one boot per
+//! kernel and architecture, six in all.
+//!
+//! | architecture | QEMU | machine | console |
+//! |---|---|---|---|
+//! | x86_64 | qemu-system-x86_64 | `pc`, `-cpu max` | ttyS0 |
+//! | aarch64 | qemu-system-aarch64 | `virt`, `-cpu cortex-a57` (TCG runs it ~3× faster than `max`, whose pointer authentication it emulates) | ttyAMA0 |
+//!
+//! A boot takes 4–8 s (aarch64) and 5 s (x86_64; 14–30 s with the machine
+//! loaded by other builds) here; at most
+//! [`PARALLEL_BOOTS`] run at once and each is killed after [`BOOT_LIMIT`]. A
+//! kernel boots once per run, shared by its tests.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -42,29 +54,84 @@ use support::testenv;
 const BOOT_LIMIT: Duration = Duration::from_secs(150);
 /// QEMU processes at once: one per core of this machine.
 const PARALLEL_BOOTS: usize = 2;
+/// The kernel whose boot also runs `serve` with `ipv6.disable=1`.
+const SERVE_SUITE: &str = "trixie";
 /// The sentence part every kernel must give for `user.max_user_namespaces` = 0.
 const ENOSPC_SENTENCE: &str =
     "user.max_user_namespaces limit reached: the kernel refuses new user namespaces (ENOSPC)";
 
 // ------------------------------------------------------------------ booting
 
-/// The initramfs, built once per run in a directory kept until the process
-/// exits.
-fn initramfs() -> &'static Path {
-    static INITRD: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    &INITRD
+/// An architecture the extension ships, and how QEMU boots it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Arch {
+    X86_64,
+    Aarch64,
+}
+
+impl Arch {
+    fn name(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86_64",
+            Arch::Aarch64 => "aarch64",
+        }
+    }
+
+    /// Debian's kernel of `suite` for this architecture: image and release.
+    fn kernel(self, suite: &str) -> (PathBuf, String) {
+        match self {
+            Arch::X86_64 => testenv::kernel(suite),
+            Arch::Aarch64 => testenv::kernel_arm64(suite),
+        }
+    }
+
+    fn busybox(self) -> PathBuf {
+        match self {
+            Arch::X86_64 => {
+                let busybox = PathBuf::from("/bin/busybox");
+                assert!(
+                    busybox.is_file(),
+                    "/bin/busybox is missing: scripts/install-test-deps.sh installs busybox-static"
+                );
+                busybox
+            }
+            Arch::Aarch64 => testenv::busybox_arm64(),
+        }
+    }
+
+    fn binary(self) -> PathBuf {
+        testenv::musl_binary_for(&format!("{}-unknown-linux-musl", self.name()))
+    }
+
+    fn qemu(self) -> PathBuf {
+        match self {
+            Arch::X86_64 => testenv::tool("qemu-system-x86_64", "qemu-system-x86"),
+            Arch::Aarch64 => testenv::tool("qemu-system-aarch64", "qemu-system-arm"),
+        }
+    }
+
+    /// Machine and CPU; the kernel's serial console on it.
+    fn machine(self) -> (&'static [&'static str], &'static str) {
+        match self {
+            Arch::X86_64 => (&["-cpu", "max"], "ttyS0"),
+            Arch::Aarch64 => (&["-M", "virt", "-cpu", "cortex-a57"], "ttyAMA0"),
+        }
+    }
+}
+
+/// The initramfs of `arch`, built once per run in a directory kept until
+/// the process exits.
+fn initramfs(arch: Arch) -> &'static Path {
+    static INITRD: [OnceLock<(tempfile::TempDir, PathBuf)>; 2] = [OnceLock::new(), OnceLock::new()];
+    &INITRD[arch as usize]
         .get_or_init(|| {
-            let busybox = Path::new("/bin/busybox");
-            assert!(
-                busybox.is_file(),
-                "/bin/busybox is missing: scripts/install-test-deps.sh installs busybox-static"
-            );
+            let busybox = arch.busybox();
             testenv::tool("cpio", "cpio");
             let dir = tempfile::tempdir().unwrap();
             let tree = dir.path().join("tree");
             fs::create_dir_all(tree.join("bin")).unwrap();
             fs::copy(busybox, tree.join("bin/busybox")).unwrap();
-            fs::copy(testenv::musl_binary(), tree.join("sandbox-readiness")).unwrap();
+            fs::copy(arch.binary(), tree.join("sandbox-readiness")).unwrap();
             let init = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kernel/init");
             fs::copy(init, tree.join("init")).unwrap();
             use std::os::unix::fs::PermissionsExt;
@@ -116,7 +183,8 @@ impl Drop for Slot {
 /// What one boot printed on its serial console, split at the markers.
 #[derive(Debug)]
 struct Boot {
-    suite: &'static str,
+    /// `<suite> <arch>`, for messages.
+    suite: String,
     console: String,
     /// `@@SR-<KEY> <value>` lines (KERNEL, LIMIT, IPV6, SERVE-EXIT, ...);
     /// repeated keys keep every value in order.
@@ -156,7 +224,7 @@ impl Boot {
     }
 }
 
-fn parse_console(suite: &'static str, console: String) -> Boot {
+fn parse_console(suite: String, console: String) -> Boot {
     let mut values: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut steps = BTreeMap::new();
     let mut open: Option<(String, Vec<&str>)> = None;
@@ -190,15 +258,18 @@ fn parse_console(suite: &'static str, console: String) -> Boot {
     }
 }
 
-/// Boots the kernel of `suite` with `srmode=<mode>` and extra kernel
+/// Boots `arch`'s kernel of `suite` with `srmode=<mode>` and extra kernel
 /// parameters, and returns its console once it powered off.
-fn boot(suite: &'static str, mode: &str, params: &str) -> Boot {
-    let (image, release) = testenv::kernel(suite);
-    let qemu = testenv::tool("qemu-system-x86_64", "qemu-system-x86");
-    let initrd = initramfs();
+fn boot(arch: Arch, suite: &'static str, mode: &str, params: &str) -> Boot {
+    let (image, release) = arch.kernel(suite);
+    let qemu = arch.qemu();
+    let (machine, console) = arch.machine();
+    let initrd = initramfs(arch);
+    let label = format!("{suite} {}", arch.name());
     let _slot = Slot::take();
     let mut cmd = Command::new(qemu);
-    cmd.args(["-accel", "tcg", "-cpu", "max", "-m", "512", "-smp", "1"])
+    cmd.args(["-accel", "tcg", "-m", "512", "-smp", "1"])
+        .args(machine)
         .arg("-kernel")
         .arg(&image)
         .arg("-initrd")
@@ -206,7 +277,7 @@ fn boot(suite: &'static str, mode: &str, params: &str) -> Boot {
         // loglevel=1: only emergencies reach the console between the markers.
         .arg("-append")
         .arg(format!(
-            "console=ttyS0 quiet loglevel=1 panic=-1 srmode={mode} {params}"
+            "console={console} quiet loglevel=1 panic=-1 srmode={mode} {params}"
         ))
         .args([
             "-display",
@@ -219,42 +290,46 @@ fn boot(suite: &'static str, mode: &str, params: &str) -> Boot {
             "-no-reboot",
         ]);
     let done = testenv::run_limited(&mut cmd, BOOT_LIMIT)
-        .unwrap_or_else(|e| panic!("{suite} ({release}) did not power off: {e}"));
+        .unwrap_or_else(|e| panic!("{label} ({release}) did not power off: {e}"));
     eprintln!(
-        "{suite} ({release}) {mode} {params}: booted and powered off in {:?}",
-        done.took
+        "{label} ({release}) {mode} {params}: booted and powered off in {:.1} s",
+        done.took.as_secs_f64()
     );
-    let b = parse_console(suite, done.stdout.clone());
+    let b = parse_console(label.clone(), done.stdout.clone());
     assert!(
         done.ok(),
-        "qemu failed for {suite}: {}\n{}",
+        "qemu failed for {label}: {}\n{}",
         done.stderr,
         b.console
     );
     assert_eq!(
         b.value("KERNEL"),
         std::slice::from_ref(&release),
-        "{suite}: not the kernel asked for, or /init never ran:\n{}",
+        "{label}: not the kernel asked for, or /init never ran:\n{}",
         b.console
     );
     assert!(
         b.values.contains_key("DONE"),
-        "{suite}: /init did not finish:\n{}",
+        "{label}: /init did not finish:\n{}",
         b.console
     );
     b
 }
 
-/// The probe boot of `suite`, once per run.
-fn probe_boot(suite: &'static str) -> &'static Boot {
-    static BOOTS: OnceLock<Mutex<BTreeMap<&'static str, &'static OnceLock<Boot>>>> =
-        OnceLock::new();
+/// The boot of `arch`'s kernel of `suite`, once per run: the probes, and on
+/// 6.12 (trixie) first `serve` with `ipv6.disable=1`.
+fn kernel_boot(arch: Arch, suite: &'static str) -> &'static Boot {
+    type Cells = BTreeMap<(Arch, &'static str), &'static OnceLock<Boot>>;
+    static BOOTS: OnceLock<Mutex<Cells>> = OnceLock::new();
     let cell: &'static OnceLock<Boot> = {
         let mut map = BOOTS.get_or_init(Default::default).lock().unwrap();
-        map.entry(suite)
+        map.entry((arch, suite))
             .or_insert_with(|| Box::leak(Box::new(OnceLock::new())))
     };
-    cell.get_or_init(|| boot(suite, "probe", ""))
+    cell.get_or_init(|| match suite {
+        SERVE_SUITE => boot(arch, suite, "serve+probe", "ipv6.disable=1"),
+        _ => boot(arch, suite, "probe", ""),
+    })
 }
 
 // --------------------------------------------------------------- assertions
@@ -289,8 +364,9 @@ fn finding_codes(report: &Value) -> Vec<String> {
 }
 
 /// At the default limit both probes pass and `probe` exits 0.
-fn assert_converges(suite: &'static str) {
-    let b = probe_boot(suite);
+fn assert_converges(arch: Arch, suite: &'static str) {
+    let b = kernel_boot(arch, suite);
+    let suite = &b.suite;
     let limit: u64 = b.value("LIMIT")[0].parse().unwrap();
     assert!(limit > 0, "{suite}: the default limit is {limit}");
     let (json, rc) = b.json("json");
@@ -315,8 +391,9 @@ fn assert_converges(suite: &'static str) {
 }
 
 /// With `user.max_user_namespaces` = 0, exit 1 with the ENOSPC sentence.
-fn assert_limit_zero_is_enospc(suite: &'static str) {
-    let b = probe_boot(suite);
+fn assert_limit_zero_is_enospc(arch: Arch, suite: &'static str) {
+    let b = kernel_boot(arch, suite);
+    let suite = &b.suite;
     assert_eq!(b.value("LIMIT").get(1).map(String::as_str), Some("0"));
     let (json, rc) = b.json("json-zero");
     assert_eq!(rc, 1, "{suite}: probe exit code at limit 0: {json:#}");
@@ -336,45 +413,24 @@ fn assert_limit_zero_is_enospc(suite: &'static str) {
     assert!(table.contains(ENOSPC_SENTENCE), "{table}");
 }
 
-// -------------------------------------------------------------------- tests
-
-#[test]
-fn kernel_6_12_converges_at_the_default_limit() {
-    assert_converges("trixie");
-}
-
-#[test]
-fn kernel_6_12_limit_zero_exits_1_with_enospc() {
-    assert_limit_zero_is_enospc("trixie");
-}
-
-#[test]
-fn newest_kernel_converges_at_the_default_limit() {
-    assert_converges("sid");
-}
-
-#[test]
-fn newest_kernel_limit_zero_exits_1_with_enospc() {
-    assert_limit_zero_is_enospc("sid");
-}
-
 /// 6.1 creates user namespaces but cannot idmap a tmpfs (that came in 6.3):
 /// the probe must fail and say so, not blame an errno.
-#[test]
-fn kernel_6_1_userns_passes_and_idmap_fails_saying_tmpfs_needs_6_3() {
-    let b = probe_boot("bookworm");
+fn assert_userns_passes_and_idmap_fails_saying_tmpfs_needs_6_3(arch: Arch, suite: &'static str) {
+    let b = kernel_boot(arch, suite);
     let (json, rc) = b.json("json");
     assert_eq!(
         outcome(&json, "usernsCreate"),
         "PROBE_OUTCOME_PASSED",
-        "{}",
+        "{}: {}",
+        b.suite,
         message(&json, "usernsCreate")
     );
     assert_eq!(outcome(&json, "idmapMount"), "PROBE_OUTCOME_FAILED");
     let why = message(&json, "idmapMount");
     assert!(
         why.contains("tmpfs") && why.contains("6.3"),
-        "the idmap failure on 6.1 must say that tmpfs needs kernel ≥ 6.3: {why:?}"
+        "{}: the idmap failure on 6.1 must say that tmpfs needs kernel ≥ 6.3: {why:?}",
+        b.suite
     );
     assert_eq!(finding_codes(&json), ["IDMAP_MOUNT_FAILED"]);
     assert_eq!(rc, 1);
@@ -383,29 +439,80 @@ fn kernel_6_1_userns_passes_and_idmap_fails_saying_tmpfs_needs_6_3() {
     assert!(table.contains("✗ idmapped mount (tmpfs)"), "{table}");
 }
 
-#[test]
-fn kernel_6_1_limit_zero_exits_1_with_enospc() {
-    assert_limit_zero_is_enospc("bookworm");
-}
-
 /// `serve` on its default listen address still listens when the kernel has
 /// no IPv6 (it falls back to 0.0.0.0), and answers `check` on 127.0.0.1 at
 /// check's default port.
-#[test]
-fn serve_listens_with_ipv6_disabled() {
-    let b = boot("trixie", "serve", "ipv6.disable=1");
-    assert_eq!(b.value("IPV6"), ["off"], "ipv6.disable=1 did not take");
+fn assert_serve_listens_with_ipv6_disabled(arch: Arch) {
+    let b = kernel_boot(arch, SERVE_SUITE);
+    assert_eq!(
+        b.value("IPV6"),
+        ["off"],
+        "{}: ipv6.disable=1 did not take",
+        b.suite
+    );
     let (log, _) = b.step("serve-log");
     let addrs: Vec<std::net::SocketAddr> = log.lines().filter_map(common::listening_addr).collect();
     assert!(
         addrs.iter().any(|a| a.is_ipv4() && a.ip().is_unspecified()),
-        "serve must listen on 0.0.0.0 when IPv6 is disabled; it logged:\n{log}"
+        "{}: serve must listen on 0.0.0.0 when IPv6 is disabled; it logged:\n{log}",
+        b.suite
     );
     let (json, rc) = b.json("check");
     let node = &json["nodes"][0];
     assert!(
         node["error"].is_null() && node["report"].is_object(),
-        "check got no report from the agent (exit {rc}): {node:#}\nserve log:\n{log}"
+        "{}: check got no report from the agent (exit {rc}): {node:#}\nserve log:\n{log}",
+        b.suite
     );
     assert_eq!(rc, 0, "{json:#}");
 }
+
+// -------------------------------------------------------------------- tests
+
+/// The same tests for each architecture, in a module named after it
+/// (`x86_64::…`, `aarch64::…`): what one architecture asserts, the other does.
+macro_rules! kernel_tests {
+    ($module:ident, $arch:expr) => {
+        mod $module {
+            use super::*;
+
+            #[test]
+            fn kernel_6_12_converges_at_the_default_limit() {
+                assert_converges($arch, "trixie");
+            }
+
+            #[test]
+            fn kernel_6_12_limit_zero_exits_1_with_enospc() {
+                assert_limit_zero_is_enospc($arch, "trixie");
+            }
+
+            #[test]
+            fn newest_kernel_converges_at_the_default_limit() {
+                assert_converges($arch, "sid");
+            }
+
+            #[test]
+            fn newest_kernel_limit_zero_exits_1_with_enospc() {
+                assert_limit_zero_is_enospc($arch, "sid");
+            }
+
+            #[test]
+            fn kernel_6_1_userns_passes_and_idmap_fails_saying_tmpfs_needs_6_3() {
+                assert_userns_passes_and_idmap_fails_saying_tmpfs_needs_6_3($arch, "bookworm");
+            }
+
+            #[test]
+            fn kernel_6_1_limit_zero_exits_1_with_enospc() {
+                assert_limit_zero_is_enospc($arch, "bookworm");
+            }
+
+            #[test]
+            fn serve_listens_with_ipv6_disabled() {
+                assert_serve_listens_with_ipv6_disabled($arch);
+            }
+        }
+    };
+}
+
+kernel_tests!(x86_64, Arch::X86_64);
+kernel_tests!(aarch64, Arch::Aarch64);

@@ -40,14 +40,29 @@ pub fn cached(rel: &str) -> PathBuf {
     p
 }
 
-/// A Debian kernel of `suite` (bookworm, trixie, sid): its image and release.
+/// A Debian amd64 kernel of `suite` (bookworm, trixie, sid): its image and
+/// release.
 pub fn kernel(suite: &str) -> (PathBuf, String) {
-    let image = cached(&format!("kernels/{suite}/vmlinuz"));
-    let release = fs::read_to_string(cached(&format!("kernels/{suite}/release")))
+    kernel_in(&format!("kernels/{suite}"))
+}
+
+/// A Debian arm64 kernel of `suite`: its (uncompressed) Image and release.
+pub fn kernel_arm64(suite: &str) -> (PathBuf, String) {
+    kernel_in(&format!("kernels/arm64/{suite}"))
+}
+
+fn kernel_in(dir: &str) -> (PathBuf, String) {
+    let image = cached(&format!("{dir}/vmlinuz"));
+    let release = fs::read_to_string(cached(&format!("{dir}/release")))
         .unwrap()
         .trim()
         .to_string();
     (image, release)
+}
+
+/// bookworm's arm64 busybox-static, extracted (not installed).
+pub fn busybox_arm64() -> PathBuf {
+    cached("busybox-arm64/bin/busybox")
 }
 
 /// sid's containerd 2.1: the directory holding `containerd`, `ctr` and
@@ -71,9 +86,18 @@ pub fn extension_target_dir() -> PathBuf {
         .unwrap_or_else(|| repo().join("target/extension"))
 }
 
+/// The Cargo profile of the shipped static binaries (Cargo.toml).
+pub const SHIP_PROFILE: &str = "ship";
+
 /// The shipped static x86_64 musl binary.
 pub fn musl_binary() -> PathBuf {
-    let bin = extension_target_dir().join("x86_64-unknown-linux-musl/release/sandbox-readiness");
+    musl_binary_for("x86_64-unknown-linux-musl")
+}
+
+/// The shipped static musl binary of a Rust target
+/// (`x86_64-unknown-linux-musl`, `aarch64-unknown-linux-musl`).
+pub fn musl_binary_for(target: &str) -> PathBuf {
+    let bin = extension_target_dir().join(format!("{target}/{SHIP_PROFILE}/sandbox-readiness"));
     assert!(
         bin.is_file(),
         "no static musl binary at {}: run scripts/build-extension.sh first (scripts/test.sh does, before the slow tier)",
