@@ -6,14 +6,14 @@
 //! controller use the same code.
 //!
 //! - [`annotation`]: `{"v":1,"sysctls":{…},"require":[…],"handlers":{…}}` ⇄ [`DesiredState`];
-//! - [`covers`]: does a node's desired state cover the pool's;
+//! - [`covers`](mod@covers): does a node's desired state cover the pool's;
 //! - [`pool`]: machine config / `TalosConfig` / `TalosConfigTemplate` /
 //!   `List` → sysctls with their sources, and the agent's
 //!   `ExtensionServiceConfig`;
 //! - [`talos`]: Talos's documents, sysctl merge order and strategic merge;
 //! - [`json6902`]: RFC 6902 for `configPatches` (hand-written: the
 //!   `json-patch` crate cost 32 KiB of the node binary's budget for this);
-//! - [`env`]: the agent's `SANDBOX_READINESS_*` environment as `serve` reads it;
+//! - [`env`](mod@env): the agent's `SANDBOX_READINESS_*` environment as `serve` reads it;
 //! - [`yaml`]: documents as JSON values, errors that quote nothing.
 //!
 //! [`DesiredState`]: crate::proto::v1::DesiredState
