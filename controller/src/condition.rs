@@ -23,33 +23,9 @@
 
 use std::time::{Duration, SystemTime};
 
-/// A condition's status, as `metav1.Condition.status` spells it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
-    True,
-    False,
-    Unknown,
-}
-
-impl Status {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Status::True => "True",
-            Status::False => "False",
-            Status::Unknown => "Unknown",
-        }
-    }
-
-    /// `None` for anything but the three words (a malformed condition).
-    pub fn parse(s: &str) -> Option<Status> {
-        match s {
-            "True" => Some(Status::True),
-            "False" => Some(Status::False),
-            "Unknown" => Some(Status::Unknown),
-            _ => None,
-        }
-    }
-}
+/// A condition's status: the node crate's type (the agent writes the Node's
+/// condition with it, the controller reads it back with the same words).
+pub use sandbox_readiness::nodestatus::condition::Status;
 
 pub const NODE_NOT_YET_ASSIGNED: &str = "NodeNotYetAssigned";
 pub const CONDITION_NOT_YET_REPORTED: &str = "ConditionNotYetReported";
