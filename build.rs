@@ -1,51 +1,11 @@
-//! Generates the gRPC code from `proto/` without a system `protoc`: `protox`
-//! parses the files in pure Rust, tonic/prost generate the types and stubs,
-//! pbjson generates the proto3 JSON mapping used by `-o json`.
+//! Link arguments of the shipped static binaries. The protobuf and gRPC
+//! code is not generated here: it is committed under `src/proto/generated/`
+//! (see `src/proto/mod.rs`), so a build compiles no code generator.
 
-use std::{env, error::Error, fs, path::PathBuf};
-
-use prost::Message;
-
-const API: &str = "proto/sandbox_readiness/v1/readiness.proto";
-const CRI: &str = "proto/runtime/v1/api.proto";
+use std::{env, error::Error, path::PathBuf};
 
 fn main() -> Result<(), Box<dyn Error>> {
-    println!("cargo:rerun-if-changed=proto");
-    link_without_unwind_tables()?;
-    let out = PathBuf::from(env::var("OUT_DIR")?);
-
-    // The API alone (with its imports) feeds server reflection, so grpcurl
-    // sees our service and not the CRI subset we only call.
-    let api = protox::compile([API], ["proto"])?;
-    let api_bytes = api.encode_to_vec();
-    fs::write(out.join("readiness_descriptor.bin"), &api_bytes)?;
-
-    tonic_prost_build::configure()
-        .compile_well_known_types(true)
-        .extern_path(".google.protobuf", "::pbjson_types")
-        .compile_fds(api)?;
-
-    // The CRI subset: the agent is only ever a CRI client. The server stubs
-    // go to a directory of their own that only the tests include (a fake
-    // runtime in tests/cri_live.rs), so they never reach the node binary.
-    let cri = protox::compile([CRI], ["proto"])?;
-    tonic_prost_build::configure()
-        .build_server(false)
-        .compile_fds(cri.clone())?;
-    let server_dir = out.join("cri-server");
-    fs::create_dir_all(&server_dir)?;
-    tonic_prost_build::configure()
-        .build_client(false)
-        .out_dir(&server_dir)
-        .compile_fds(cri)?;
-
-    pbjson_build::Builder::new()
-        .register_descriptors(&api_bytes)?
-        // Print false/0/empty fields too: a report that says
-        // "initialUserNamespace": false is clearer than one that omits it.
-        .emit_fields()
-        .build(&[".sandbox_readiness"])?;
-    Ok(())
+    link_without_unwind_tables()
 }
 
 /// The shipped static binaries (`--profile ship`, both musl targets) leave

@@ -26,11 +26,31 @@ for pair in containerd:containerd runsc:runsc umoci:umoci skopeo:skopeo \
 done
 # The initramfs needs the static build (Debian's plain busybox is dynamic).
 dpkg -s busybox-static >/dev/null 2>&1 || need_apt+=(busybox-static)
+# Some machines come with qemu-utils from bookworm-backports (10.x), which
+# Breaks bookworm's qemu-system-common 7.2: the QEMU system emulators are then
+# taken from bookworm-backports too, so apt can install them beside it.
+qemu_apt=() rest_apt=()
+for pkg in "${need_apt[@]}"; do
+  case $pkg in
+  qemu-system-*) qemu_apt+=("$pkg") ;;
+  *) rest_apt+=("$pkg") ;;
+  esac
+done
+qemu_from=()
+if [ ${#qemu_apt[@]} -gt 0 ] && dpkg-query -W -f='${Version}' qemu-utils 2>/dev/null | grep -q '~bpo12'; then
+  backports=/etc/apt/sources.list.d/bookworm-backports.sources
+  if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    printf '%s\n' 'Types: deb' 'URIs: http://deb.debian.org/debian' 'Suites: bookworm-backports' \
+      'Components: main' 'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' >"$backports"
+  fi
+  qemu_from=(-t bookworm-backports)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  [ ${#rest_apt[@]} -eq 0 ] || apt-get install -y -qq "${rest_apt[@]}" >/dev/null
+  [ ${#qemu_apt[@]} -eq 0 ] || apt-get install -y -qq "${qemu_from[@]}" "${qemu_apt[@]}" >/dev/null
 fi
 
 installed_targets=$(rustup target list --installed)

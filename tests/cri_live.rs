@@ -25,7 +25,7 @@ use std::{
 /// here, so the node binary carries no CRI server.
 #[allow(clippy::all, clippy::pedantic, dead_code)]
 mod cri {
-    include!(concat!(env!("OUT_DIR"), "/cri-server/runtime.v1.rs"));
+    include!("../src/proto/generated/runtime.v1.server.rs");
 }
 
 use cri::{
