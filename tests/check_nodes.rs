@@ -395,3 +395,40 @@ fn bad_input_is_one_line_naming_the_entry() {
         "{out}"
     );
 }
+
+#[test]
+fn stdin_is_read_once_under_wait() {
+    let node = |hb: &str| {
+        json!({"kind": "List", "items": [{"kind": "Node", "metadata": {"name": "w1"}, "status": {"conditions": [
+            {"type": TYPE, "status": "True", "reason": "Converged", "lastHeartbeatTime": hb}
+        ]}}]})
+        .to_string()
+    };
+    let run_stdin = |doc: String| {
+        let mut child = Command::new(BIN)
+            .args(["check", "--from-node-conditions", "--kube-nodes", "-"])
+            .args(["--wait", "2s", "--poll", "200ms"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(doc.as_bytes())
+            .unwrap();
+        finish(child)
+    };
+    let (code, out, err) = run_stdin(node(&ago(1)));
+    assert_eq!(code, 0, "{out}{err}");
+    // Stale, and stays so: the wait times out on the one document read,
+    // without complaining about an empty stdin on every round.
+    let (code, out, err) = run_stdin(node(&ago(3600)));
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("not converged within 2s"), "{err}");
+    assert!(!err.contains("not JSON"), "{err}");
+    assert_eq!(cells(row(&out, "w1"))[..2], ["w1", "unknown"], "{out}");
+}

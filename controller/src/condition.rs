@@ -49,6 +49,9 @@ pub const MAX_MESSAGE: usize = 1000;
 pub use sandbox_readiness::nodestatus::read::{Judged, Pool, Reading, Seen as NodeCondition};
 
 /// What the controller sees of a Machine's Node.
+// One value per Machine and round, built and decided at once, never held in
+// a collection: boxing the Node variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum NodeSeen {
     /// The Machine has no `status.nodeRef`.

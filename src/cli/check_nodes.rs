@@ -185,12 +185,12 @@ fn table(rows: &[Row]) -> String {
                 clean_line(&r.reading.name),
                 r.word().to_string(),
                 c.map_or("-", |c| c.status.as_str()).to_string(),
-                heartbeat_age(&r.reading)
-                    .map_or("-".into(), |a| format!("{} ago", fmt_duration(round(a)))),
-                if r.judged.ready() && r.message.is_empty() {
+                heartbeat_age(&r.reading).map_or("-".into(), |a| {
+                    format!("{} ago", humantime::format_duration(round(a)))
+                }),
+                // A ready Node's reason ("Converged") says nothing more.
+                if r.judged.ready() || r.message.is_empty() {
                     "-".into()
-                } else if r.judged.ready() {
-                    format!("(note) {}", r.message)
                 } else {
                     r.message.clone()
                 },
@@ -402,7 +402,12 @@ pub async fn run(a: &CheckArgs, intent: DesiredState, combined: Option<Combined>
         // Ctrl-C end the wait at any point, a slow kubectl included.
         let again = async {
             tokio::time::sleep(a.nodes_cmd_interval).await;
-            let nodes = sources.nodes(a).await;
+            // Stdin is read once; a file is read again, a command re-run.
+            let nodes = if sources.nodes.is_stdin() {
+                None
+            } else {
+                Some(sources.nodes(a).await)
+            };
             let expect = match sources.expect.as_ref().filter(|s| !s.is_stdin()) {
                 Some(src) => Some(source::read_expected(src, a.nodes_cmd_timeout).await),
                 None => None,
@@ -430,8 +435,9 @@ pub async fn run(a: &CheckArgs, intent: DesiredState, combined: Option<Combined>
         // rollout must not empty the pool), said once per error.
         let mut errors = Vec::new();
         match nodes {
-            Ok(r) => readings = r,
-            Err(e) => errors.push(format!("{e} (keeping the last node set)")),
+            Some(Ok(r)) => readings = r,
+            Some(Err(e)) => errors.push(format!("{e} (keeping the last node set)")),
+            None => {}
         }
         match expect {
             Some(Ok(n)) => run.expected = Some(n),

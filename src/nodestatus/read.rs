@@ -407,9 +407,9 @@ mod tests {
         let (got, _) = j(&node("True", "garbage", None), &Pool::Own);
         assert_eq!(got, Judged::Stale(Duration::from_secs(70 * 60)));
         let mut n = node("True", FRESH, None);
-        n["status"]["conditions"][1]
-            .as_object_mut()
-            .map(|c| c.retain(|k, _| !k.starts_with("last")));
+        if let Some(c) = n["status"]["conditions"][1].as_object_mut() {
+            c.retain(|k, _| !k.starts_with("last"));
+        }
         assert_eq!(j(&n, &Pool::Own).0, Judged::NoHeartbeat);
     }
 
