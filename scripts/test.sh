@@ -44,7 +44,7 @@ root=$PWD
 
 # Every tests/*.rs is in exactly one tier (checked below).
 unit_tests=(fuzz_parsers generated_proto gvisor_fixtures tls)
-integration_tests=(canary check_desired check_machines check_pool check_scale check_tls check_wait cri_live faults gate_agents gvisor_e2e
+integration_tests=(canary check_desired check_machines check_nodes check_pool check_scale check_tls check_wait cri_live faults gate_agents gvisor_e2e
 	identities gvisor_runsc hostile hostile_host lockout metrics node_condition node_runtime pod_userns polling serve_grpc
 	serve_tls userns_kernel)
 slow_tests=(extension extension_container kernels)

@@ -37,44 +37,22 @@ pub const NODE_READY_FALLBACK: &str = "NodeSandboxReady";
 pub const NODE_NOT_READY_FALLBACK: &str = "NodeSandboxNotReady";
 pub const NODE_UNKNOWN_FALLBACK: &str = "NodeSandboxUnknown";
 
-/// The agent writes its condition, then its desired-state annotation: a
-/// True condition this fresh without an annotation is left alone (not
-/// judged `DesiredStateNotChecked` for the moment between the two writes).
-pub const ANNOTATION_GRACE: Duration = Duration::from_secs(10);
+/// How long a `True` condition without an annotation is left alone: the
+/// node crate's reader decides it.
+pub use sandbox_readiness::nodestatus::read::ANNOTATION_GRACE;
 
 /// Longest message written (the schema allows 32768; an Event's note 1 kB).
 pub const MAX_MESSAGE: usize = 1000;
 
-/// The Node's condition of the controller's type, as read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeCondition {
-    pub status: Status,
-    pub reason: String,
-    pub message: String,
-    /// `lastHeartbeatTime`, else `lastTransitionTime` (`None`: neither).
-    pub heartbeat: Option<SystemTime>,
-}
-
-/// Whether the node's desired state covers its pool's (the bootstrap-data
-/// Secret's machine config), as far as the controller could tell.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DesiredCheck {
-    /// Every key the pool sets is in the node's desired state.
-    Covered,
-    /// The keys not covered, each a sentence (`Uncovered`'s Display).
-    Uncovered(Vec<String>),
-    /// The Node carries no `sandbox-readiness.io/desired` annotation.
-    NoAnnotation,
-    /// The annotation or the machine config could not be read: one line,
-    /// never secret text.
-    Unreadable(String),
-    /// The bootstrap Secret could not be fetched for a passing reason (API
-    /// error): keep what the Machine says and retry.
-    NotYetKnown,
-}
+/// The Node's condition of the controller's type, as read by the node
+/// crate's reader (the one `check --from-node-conditions` uses).
+pub use sandbox_readiness::nodestatus::read::{Judged, Pool, Reading, Seen as NodeCondition};
 
 /// What the controller sees of a Machine's Node.
-#[derive(Debug, Clone, PartialEq, Eq)]
+// One value per Machine and round, built and decided at once, never held in
+// a collection: boxing the Node variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum NodeSeen {
     /// The Machine has no `status.nodeRef`.
     NoNodeRef,
@@ -83,11 +61,13 @@ pub enum NodeSeen {
     NotRead { since: SystemTime, why: String },
     /// The workload cluster was read and has no Node of that name.
     NoNode { node: String },
-    /// The Node as read.
+    /// The Node as read, and what it is judged against: the desired state
+    /// read from the machine config the node booted with (the pool is read
+    /// only when the Node says `True`; else [`Pool::Own`]).
     Node {
         node: String,
-        condition: Option<NodeCondition>,
-        desired: DesiredCheck,
+        reading: Reading,
+        pool: Pool,
     },
 }
 
@@ -182,100 +162,90 @@ pub fn decide(
         ),
         NodeSeen::Node {
             node,
-            condition,
-            desired,
-        } => {
-            let Some(c) = condition else {
-                return verdict(
-                    Status::Unknown,
-                    CONDITION_NOT_YET_REPORTED,
-                    format!("Node {node} has no sandbox readiness condition yet"),
-                );
-            };
-            let age = c
-                .heartbeat
-                .map(|h| now.duration_since(h).unwrap_or_default());
-            match age {
-                Some(a) if a <= stale_after => {}
-                Some(a) => {
-                    return verdict(
-                        Status::Unknown,
-                        CONDITION_STALE,
-                        format!(
-                            "Node {node}'s condition was last written {} ago (more than {})",
-                            humantime::format_duration(round_secs(a)),
-                            humantime::format_duration(stale_after)
-                        ),
-                    )
-                }
-                None => {
-                    return verdict(
-                        Status::Unknown,
-                        CONDITION_STALE,
-                        format!("Node {node}'s condition has no heartbeat time"),
-                    )
-                }
-            }
-            let reason = |fallback: &'static str| {
-                if valid_reason(&c.reason) {
-                    c.reason.clone()
-                } else {
-                    fallback.to_string()
-                }
-            };
-            let message = |m: &str| {
-                if m.is_empty() {
-                    format!("Node {node}")
-                } else {
-                    format!("Node {node}: {m}")
-                }
-            };
-            match c.status {
-                Status::False => verdict(
-                    Status::False,
-                    &reason(NODE_NOT_READY_FALLBACK),
-                    message(&c.message),
-                ),
-                Status::Unknown => verdict(
-                    Status::Unknown,
-                    &reason(NODE_UNKNOWN_FALLBACK),
-                    message(&c.message),
-                ),
-                Status::True => match desired {
-                    DesiredCheck::Covered => verdict(
-                        Status::True,
-                        &reason(NODE_READY_FALLBACK),
-                        message(&c.message),
-                    ),
-                    DesiredCheck::NotYetKnown => Decision::Keep,
-                    DesiredCheck::NoAnnotation if age.is_some_and(|a| a < ANNOTATION_GRACE) => {
-                        Decision::Keep
-                    }
-                    DesiredCheck::NoAnnotation => verdict(
-                        Status::False,
-                        DESIRED_STATE_NOT_CHECKED,
-                        format!(
-                            "Node {node} is ready by its own desired state, but carries no \
-                             sandbox-readiness.io/desired annotation to compare with its pool's"
-                        ),
-                    ),
-                    DesiredCheck::Unreadable(why) => verdict(
-                        Status::False,
-                        DESIRED_STATE_NOT_CHECKED,
-                        format!("Node {node}: its desired state cannot be compared with its pool's: {why}"),
-                    ),
-                    DesiredCheck::Uncovered(keys) => verdict(
-                        Status::False,
-                        DESIRED_STATE_NOT_CHECKED,
-                        format!(
-                            "Node {node} does not check what its pool's machine config sets: {}",
-                            keys.join("; ")
-                        ),
-                    ),
-                },
-            }
-        }
+            reading,
+            pool,
+        } => node_decision(node, reading, pool, now, stale_after),
     }
+}
+
+/// A Node's verdict, judged by the node crate's reader
+/// ([`sandbox_readiness::nodestatus::read::judge`]), worded as a Machine
+/// condition with the controller's reasons.
+fn node_decision(
+    node: &str,
+    reading: &Reading,
+    pool: &Pool,
+    now: SystemTime,
+    stale_after: Duration,
+) -> Decision {
+    let judged = sandbox_readiness::nodestatus::read::judge(reading, now, stale_after, pool);
+    let not_checked = |m: String| verdict(Status::False, DESIRED_STATE_NOT_CHECKED, m);
+    let c = match (&judged, &reading.condition) {
+        (Judged::NoCondition, _) | (_, None) => {
+            return verdict(
+                Status::Unknown,
+                CONDITION_NOT_YET_REPORTED,
+                format!("Node {node} has no sandbox readiness condition yet"),
+            )
+        }
+        (Judged::Stale(a), _) => {
+            return verdict(
+                Status::Unknown,
+                CONDITION_STALE,
+                format!(
+                    "Node {node}'s condition was last written {} ago (more than {})",
+                    humantime::format_duration(round_secs(*a)),
+                    humantime::format_duration(stale_after)
+                ),
+            )
+        }
+        (Judged::NoHeartbeat, _) => {
+            return verdict(
+                Status::Unknown,
+                CONDITION_STALE,
+                format!("Node {node}'s condition has no heartbeat time"),
+            )
+        }
+        (Judged::PoolNotYetKnown | Judged::NoAnnotation { fresh: true }, _) => {
+            return Decision::Keep
+        }
+        (Judged::NoAnnotation { fresh: false }, _) => {
+            return not_checked(format!(
+                "Node {node} is ready by its own desired state, but carries no \
+                 sandbox-readiness.io/desired annotation to compare with its pool's"
+            ))
+        }
+        (Judged::Unreadable(why), _) => {
+            return not_checked(format!(
+                "Node {node}: its desired state cannot be compared with its pool's: {why}"
+            ))
+        }
+        (Judged::Uncovered(keys), _) => {
+            return not_checked(format!(
+                "Node {node} does not check what its pool's machine config sets: {}",
+                keys.join("; ")
+            ))
+        }
+        (Judged::Said(_), Some(c)) => c,
+    };
+    let reason = |fallback: &'static str| {
+        if valid_reason(&c.reason) {
+            c.reason.clone()
+        } else {
+            fallback.to_string()
+        }
+    };
+    let message = if c.message.is_empty() {
+        format!("Node {node}")
+    } else {
+        format!("Node {node}: {}", c.message)
+    };
+    let fallback = match c.status {
+        Status::True => NODE_READY_FALLBACK,
+        Status::False => NODE_NOT_READY_FALLBACK,
+        Status::Unknown => NODE_UNKNOWN_FALLBACK,
+    };
+    verdict(c.status, &reason(fallback), message)
 }
 
 fn round_secs(d: Duration) -> Duration {
@@ -285,6 +255,7 @@ fn round_secs(d: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sandbox_readiness::proto::v1::{DesiredState, SysctlExpectation};
 
     const STALE: Duration = Duration::from_secs(900);
 
@@ -292,16 +263,57 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + s)
     }
 
-    fn node(status: Status, reason: &str, hb: Option<u64>, desired: DesiredCheck) -> NodeSeen {
-        NodeSeen::Node {
-            node: "w1".into(),
-            condition: Some(NodeCondition {
+    /// What the node's annotation says against its pool's.
+    #[derive(Clone, Copy)]
+    enum D {
+        Covered,
+        Uncovered,
+        NoAnnotation,
+        Unreadable,
+        NotYetKnown,
+    }
+
+    fn pool_state() -> DesiredState {
+        DesiredState {
+            sysctls: vec![SysctlExpectation {
+                name: "user.max_user_namespaces".into(),
+                value: "11255".into(),
+            }],
+            ..DesiredState::default()
+        }
+    }
+
+    fn reading(condition: Option<NodeCondition>, d: D) -> (Reading, Pool) {
+        let known = Pool::Known(pool_state());
+        let (desired, pool) = match d {
+            D::Covered => (Some(Ok(pool_state())), known),
+            D::Uncovered => (Some(Ok(DesiredState::default())), known),
+            D::NoAnnotation => (None, known),
+            D::Unreadable => (Some(Err("bad".to_string())), known),
+            D::NotYetKnown => (Some(Ok(pool_state())), Pool::NotYetKnown),
+        };
+        let r = Reading {
+            name: "w1".into(),
+            condition,
+            desired,
+        };
+        (r, pool)
+    }
+
+    fn node(status: Status, reason: &str, hb: Option<u64>, d: D) -> NodeSeen {
+        let (reading, pool) = reading(
+            Some(NodeCondition {
                 status,
                 reason: reason.into(),
                 message: "m".into(),
                 heartbeat: hb.map(t),
             }),
-            desired,
+            d,
+        );
+        NodeSeen::Node {
+            node: "w1".into(),
+            reading,
+            pool,
         }
     }
 
@@ -311,7 +323,6 @@ mod tests {
 
     #[test]
     fn table() {
-        use DesiredCheck as D;
         use Status::*;
         let now = t(10_000);
         type Case = (&'static str, NodeSeen, bool, Option<(Status, String)>);
@@ -357,10 +368,13 @@ mod tests {
             ),
             (
                 "no condition",
-                NodeSeen::Node {
-                    node: "w1".into(),
-                    condition: None,
-                    desired: D::Covered,
+                {
+                    let (reading, pool) = reading(None, D::Covered);
+                    NodeSeen::Node {
+                        node: "w1".into(),
+                        reading,
+                        pool,
+                    }
                 },
                 false,
                 w(Unknown, CONDITION_NOT_YET_REPORTED),
@@ -403,12 +417,7 @@ mod tests {
             ),
             (
                 "false wins over uncovered",
-                node(
-                    False,
-                    "SysctlMismatch",
-                    Some(9_990),
-                    D::Uncovered(vec!["k".into()]),
-                ),
+                node(False, "SysctlMismatch", Some(9_990), D::Uncovered),
                 true,
                 w(False, "SysctlMismatch"),
             ),
@@ -438,12 +447,7 @@ mod tests {
             ),
             (
                 "uncovered",
-                node(
-                    True,
-                    "R",
-                    Some(9_990),
-                    D::Uncovered(vec!["user.max_user_namespaces: x".into()]),
-                ),
+                node(True, "R", Some(9_990), D::Uncovered),
                 true,
                 w(False, DESIRED_STATE_NOT_CHECKED),
             ),
@@ -461,7 +465,7 @@ mod tests {
             ),
             (
                 "unreadable",
-                node(True, "R", Some(9_990), D::Unreadable("bad".into())),
+                node(True, "R", Some(9_990), D::Unreadable),
                 true,
                 w(False, DESIRED_STATE_NOT_CHECKED),
             ),
@@ -488,15 +492,7 @@ mod tests {
 
     #[test]
     fn uncovered_message_names_the_keys() {
-        let seen = node(
-            True,
-            "R",
-            Some(9_990),
-            DesiredCheck::Uncovered(vec![
-                "user.max_user_namespaces: the pool sets 11255, the node's desired state does not"
-                    .into(),
-            ]),
-        );
+        let seen = node(True, "R", Some(9_990), D::Uncovered);
         let Decision::Write(v) = decide(&seen, false, t(10_000), STALE) else {
             panic!("expected a write")
         };

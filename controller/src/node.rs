@@ -1,58 +1,15 @@
-//! What a workload cluster's Node says: its condition of the controller's
-//! type and its `sandbox-readiness.io/desired` annotation, checked against
-//! the pool's desired state with the desired-state library's one rule
-//! ([`sandbox_readiness::desired::covers`]). Pure.
-
-use std::time::SystemTime;
+//! What a workload cluster's Node says: read by the node crate's reader
+//! ([`sandbox_readiness::nodestatus::read::read`], the one `check
+//! --from-node-conditions` uses), so the controller and `check` take a
+//! Node the same way. Pure.
 
 use k8s_openapi::api::core::v1::Node;
-use sandbox_readiness::{
-    desired::{covers, from_annotation, ANNOTATION},
-    proto::v1::DesiredState,
-};
+use sandbox_readiness::nodestatus::read;
 
-use crate::condition::{DesiredCheck, NodeCondition, Status};
-
-/// The Node's condition of type `ty`, if any (a malformed status reads as
-/// `Unknown`: the Node says something the controller cannot take as True).
-pub fn condition(n: &Node, ty: &str) -> Option<NodeCondition> {
-    let c = n
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == ty)?;
-    let heartbeat = c
-        .last_heartbeat_time
-        .as_ref()
-        .or(c.last_transition_time.as_ref())
-        .map(|t| SystemTime::from(t.0));
-    Some(NodeCondition {
-        status: Status::parse(&c.status).unwrap_or(Status::Unknown),
-        reason: c.reason.clone().unwrap_or_default(),
-        message: c.message.clone().unwrap_or_default(),
-        heartbeat,
-    })
-}
-
-/// Whether the Node's annotation covers `pool` (the desired state read from
-/// the machine config the node booted with).
-pub fn desired_check(n: &Node, pool: &DesiredState) -> DesiredCheck {
-    let Some(text) = n
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANNOTATION))
-    else {
-        return DesiredCheck::NoAnnotation;
-    };
-    let node = match from_annotation(text) {
-        Ok(d) => d,
-        Err(e) => return DesiredCheck::Unreadable(e.to_string()),
-    };
-    match covers(&node, pool) {
-        Ok(()) => DesiredCheck::Covered,
-        Err(keys) => DesiredCheck::Uncovered(keys.iter().map(ToString::to_string).collect()),
-    }
+/// The Node's condition of type `ty` and its `sandbox-readiness.io/desired`
+/// annotation. A Node always serializes; `Null` (read as a Node without a
+/// condition) only if that ever changed.
+pub fn reading(n: &Node, ty: &str) -> read::Reading {
+    let v = serde_json::to_value(n).unwrap_or(serde_json::Value::Null);
+    read::read(&v, ty)
 }

@@ -20,15 +20,11 @@ pub const SECRET_KEY: &str = "value";
 /// After a failed read, the next try waits this long.
 const RETRY: Duration = Duration::from_secs(5);
 
-/// The pool's desired state for one bootstrap-data Secret.
-#[derive(Debug, Clone)]
-pub enum Pool {
-    Known(DesiredState),
-    /// The Secret is gone or its machine config is unreadable: one line.
-    Unreadable(String),
-    /// Not read yet (an API error): try again later.
-    NotYetKnown,
-}
+/// The pool's desired state for one bootstrap-data Secret: `Known`,
+/// `Unreadable` (the Secret is gone or its machine config is unreadable:
+/// one line) or `NotYetKnown` (an API error: try again later) — the node
+/// crate reader's type, which judges the Node against it.
+pub use sandbox_readiness::nodestatus::read::Pool;
 
 enum Entry {
     Done(Pool),

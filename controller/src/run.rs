@@ -24,7 +24,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 use crate::{
-    condition::{self, Decision, DesiredCheck, NodeSeen, Status, Verdict},
+    condition::{self, Decision, NodeSeen, Status, Verdict},
     discovery, machine, node, patch,
     pool::{self, Pool},
     workload::{Lookup, Workload},
@@ -300,25 +300,23 @@ impl Loop {
             }
             Lookup::Node(n) => n,
         };
-        let cond = node::condition(&n, &self.s.condition_type);
+        let reading = node::reading(&n, &self.s.condition_type);
         // The pool is read only when it matters: the Node says True.
-        let desired = match (&cond, v.bootstrap_secret) {
-            (Some(c), Some(secret)) if c.status == Status::True => {
-                match self.pools.get(&self.mgmt, ns, secret).await {
-                    Pool::Known(p) => node::desired_check(&n, &p),
-                    Pool::Unreadable(why) => DesiredCheck::Unreadable(why),
-                    Pool::NotYetKnown => DesiredCheck::NotYetKnown,
-                }
-            }
-            (Some(c), None) if c.status == Status::True => DesiredCheck::Unreadable(
+        let says_true = reading
+            .condition
+            .as_ref()
+            .is_some_and(|c| c.status == Status::True);
+        let pool = match v.bootstrap_secret {
+            _ if !says_true => Pool::Own,
+            Some(secret) => self.pools.get(&self.mgmt, ns, secret).await,
+            None => Pool::Unreadable(
                 "the Machine names no bootstrap data Secret (spec.bootstrap.dataSecretName)".into(),
             ),
-            _ => DesiredCheck::Covered,
         };
         NodeSeen::Node {
             node: node_name.into(),
-            condition: cond,
-            desired,
+            reading,
+            pool,
         }
     }
 

@@ -48,7 +48,7 @@ pub struct CheckArgs {
     #[arg(long, value_name = "CMD")]
     pub nodes_cmd: Option<String>,
     /// How often --nodes-cmd is re-run (and a --kube-nodes file re-read) during --wait.
-    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration)]
+    #[arg(long, visible_alias = "poll", value_name = "DURATION", default_value = "3s", value_parser = parse_duration)]
     pub nodes_cmd_interval: Duration,
     /// Deadline for one run of --nodes-cmd.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
@@ -71,18 +71,27 @@ pub struct CheckArgs {
     /// Which item of a List --desired-from/--desired-cmd means: [NAMESPACE/]NAME.
     #[arg(long, value_name = "[NAMESPACE/]NAME")]
     pub desired_name: Option<String>,
-    /// Port for nodes given without one.
-    #[arg(long, default_value_t = DEFAULT_PORT, value_parser = clap::value_parser!(u16).range(1..))]
-    pub port: u16,
-    /// At most this many nodes are connected to or asked at once.
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
-    pub parallel: u32,
+    /// Read every node's sandbox condition, heartbeat and sandbox-readiness.io/desired annotation from the NodeList of --kube-nodes or --nodes-cmd instead of dialling the agents (a stale heartbeat is unknown; with --desired-from/--desired-cmd or --sysctl and the requirements, each node's annotation must cover the pool's desired state).
+    #[arg(long)]
+    pub from_node_conditions: bool,
+    /// The Node condition type read under --from-node-conditions (serve and the controller have the same flag and default).
+    #[arg(long, value_name = "TYPE", default_value = sandbox_readiness::nodestatus::DEFAULT_CONDITION_TYPE, requires = "from_node_conditions")]
+    pub condition_type: String,
+    /// Under --from-node-conditions, a condition whose heartbeat is older is unknown (the agent heartbeats every 5m and writes within 1s of a change; the controller's --stale-after default is the same).
+    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = parse_duration, requires = "from_node_conditions")]
+    pub max_heartbeat_age: Duration,
+    /// Port for nodes given without one [default: 10150].
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub port: Option<u16>,
+    /// At most this many nodes are connected to or asked at once [default: 256].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub parallel: Option<u32>,
     /// Deadline per node (connecting included) [default: 5s, or 30s when the desired state requires a CRI canary or the sandbox probe: those start sandboxes on the node, which takes seconds].
     #[arg(long, value_parser = parse_duration)]
     pub timeout: Option<Duration>,
-    /// Deadline for resolving and connecting to one node.
-    #[arg(long, default_value = "2s", value_parser = parse_duration)]
-    pub connect_timeout: Duration,
+    /// Deadline for resolving and connecting to one node [default: 2s].
+    #[arg(long, value_parser = parse_duration)]
+    pub connect_timeout: Option<Duration>,
     /// Ask every agent for a fresh observation first.
     #[arg(long, conflicts_with = "wait")]
     pub refresh: bool,
@@ -129,6 +138,10 @@ fn default_timeout(desired: &DesiredState) -> Duration {
 }
 
 impl CheckArgs {
+    fn port(&self) -> u16 {
+        self.port.unwrap_or(DEFAULT_PORT)
+    }
+
     fn to_config(&self, desired: DesiredState) -> CheckConfig {
         // clap makes --tls-cert, --tls-key and --tls-server-name need --tls-ca.
         let tls = self.tls_ca.as_ref().map(|ca| ClientTlsFiles {
@@ -148,10 +161,10 @@ impl CheckArgs {
             expect_nodes: self.expect_nodes,
             expect_from: self.expect_from.clone(),
             expect_cmd: self.expect_cmd.clone(),
-            port: self.port,
-            parallel: self.parallel,
+            port: self.port(),
+            parallel: self.parallel.unwrap_or(256),
             timeout: self.timeout.unwrap_or_else(|| default_timeout(&desired)),
-            connect_timeout: self.connect_timeout,
+            connect_timeout: self.connect_timeout.unwrap_or(Duration::from_secs(2)),
             wait: self.wait,
             tls,
             insecure_plaintext: self.insecure_plaintext,
@@ -166,6 +179,12 @@ impl CheckArgs {
 /// Works on a current-thread or a multi-thread tokio runtime; a
 /// multi-thread one spreads TLS handshakes and decoding over the cores.
 pub async fn run(args: CheckArgs) -> Outcome {
+    // Refused before anything is read or run.
+    if args.from_node_conditions {
+        if let Err(e) = super::check_nodes::refuse_dial_flags(&args) {
+            return Outcome::failed(WHO, e);
+        }
+    }
     let intent = match args.desired.to_desired() {
         Ok(d) => d,
         Err(e) => return Outcome::failed(WHO, e),
@@ -184,6 +203,9 @@ pub async fn run(args: CheckArgs) -> Outcome {
             }
         }
     };
+    if args.from_node_conditions {
+        return super::check_nodes::run(&args, intent, pool).await;
+    }
     let desired = pool
         .as_ref()
         .map_or_else(|| intent.clone(), |c| c.desired.clone());
@@ -235,7 +257,7 @@ fn desired_source(args: &CheckArgs) -> Result<Option<source::DocSource>, String>
 
 /// The pool's configuration for people: one row per key with its source,
 /// then the pool findings.
-fn desired_text(c: &Combined) -> String {
+pub(super) fn desired_text(c: &Combined) -> String {
     let mut t = String::from("DESIRED (from the pool's configuration):\n");
     let width = c.rows.iter().map(|r| r.key.len()).max().unwrap_or(0);
     for r in &c.rows {
@@ -248,7 +270,7 @@ fn desired_text(c: &Combined) -> String {
     t
 }
 
-fn desired_json(c: &Combined) -> serde_json::Value {
+pub(super) fn desired_json(c: &Combined) -> serde_json::Value {
     serde_json::json!({
         "sysctls": c.rows.iter().map(|r| serde_json::json!({
             "name": r.key, "value": r.value, "source": r.source,
@@ -435,7 +457,7 @@ async fn run_wait(run: &Run<'_>, plan: Plan, limit: Duration) -> Outcome {
     let every = args.nodes_cmd_interval;
     let (mut cmd_rx, cmd_task) = match args.nodes_cmd.clone() {
         Some(cmd) => {
-            let (port, limit) = (args.port, args.nodes_cmd_timeout);
+            let (port, limit) = (args.port(), args.nodes_cmd_timeout);
             let (rx, t) = relist(every, move || {
                 let cmd = cmd.clone();
                 async move { source::run_nodes_cmd(&cmd, port, limit).await }
@@ -448,7 +470,7 @@ async fn run_wait(run: &Run<'_>, plan: Plan, limit: Duration) -> Outcome {
     let kube_file = args.kube_nodes.clone().filter(|p| p.as_os_str() != "-");
     let (mut kube_rx, kube_task) = match kube_file {
         Some(path) => {
-            let port = args.port;
+            let port = args.port();
             let (rx, t) = relist(every, move || {
                 let path = path.clone();
                 async move {

@@ -8,6 +8,7 @@
 
 mod args;
 mod check;
+mod check_nodes;
 pub mod exit;
 mod probe;
 mod serve;

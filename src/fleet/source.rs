@@ -136,7 +136,7 @@ pub async fn run_expect_cmd(cmd: &str, limit: Duration) -> Result<usize, String>
 
 /// Runs `sh -c CMD` under `limit` and returns its standard output; `flag`
 /// names it in the one-line errors.
-async fn run_cmd(flag: &str, cmd: &str, limit: Duration) -> Result<String, String> {
+pub async fn run_cmd(flag: &str, cmd: &str, limit: Duration) -> Result<String, String> {
     let mut sh = Command::new("sh");
     sh.arg("-c").arg(cmd);
     let capture = Capture {

@@ -1,0 +1,434 @@
+//! `check --from-node-conditions`: the real binary reads real kubectl's
+//! `get nodes -o json` from the test API server (test-api/) and judges
+//! each Node by its sandbox condition, the condition's heartbeat and its
+//! `sandbox-readiness.io/desired` annotation, while the test changes the
+//! Nodes through the API: False → True, a stale heartbeat, an annotation
+//! that does not cover `--desired-from`. No agent and no root: the Nodes
+//! are written as the agent writes them.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    time::{Duration, Instant, SystemTime},
+};
+
+use common::BIN;
+use serde_json::{json, Value};
+use test_api::{TestApiServer, User};
+
+const TYPE: &str = "sandbox-readiness.io/SandboxReady";
+const ADMIN_TOKEN: &str = "admin-token";
+const COVERS: &str =
+    r#"{"v":1,"sysctls":{"user.max_user_namespaces":"11255"},"require":["userns"]}"#;
+/// The pool's machine config: the limit the annotations must cover.
+const POOL: &str = "version: v1alpha1\nmachine:\n  type: worker\n  sysctls:\n    user.max_user_namespaces: \"11255\"\n";
+
+struct Cluster {
+    _rt: tokio::runtime::Runtime,
+    srv: TestApiServer,
+    dir: tempfile::TempDir,
+    admin: PathBuf,
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+fn ago(secs: u64) -> String {
+    rfc3339(SystemTime::now() - Duration::from_secs(secs))
+}
+
+impl Cluster {
+    fn new() -> Cluster {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let srv = rt
+            .block_on(
+                TestApiServer::builder()
+                    .token(ADMIN_TOKEN, User::new("admin", &["system:masters"]))
+                    .start(),
+            )
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let admin = dir.path().join("admin.kubeconfig");
+        std::fs::write(&admin, srv.kubeconfig_token(ADMIN_TOKEN)).unwrap();
+        Cluster {
+            _rt: rt,
+            srv,
+            dir,
+            admin,
+        }
+    }
+
+    /// A Node as kubelet registers it, then as the agent writes it: the
+    /// sandbox condition (`status`, heartbeat `heartbeat`) beside kubelet's
+    /// `Ready`, and the desired-state annotation.
+    fn node(&self, name: &str, status: &str, heartbeat: &str, desired: Option<&str>) {
+        let mut annotations = json!({});
+        if let Some(d) = desired {
+            annotations["sandbox-readiness.io/desired"] = json!(d);
+        }
+        let (reason, message) = match status {
+            "True" => ("Converged", ""),
+            "False" => (
+                "SysctlMismatch",
+                "user.max_user_namespaces is 0, expected 11255",
+            ),
+            _ => ("CanaryNotRun", "the canary has not run yet"),
+        };
+        let node = json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}, "annotations": annotations},
+            "spec": {},
+            "status": {
+                "conditions": [
+                    {"type": "Ready", "status": "True", "reason": "KubeletReady",
+                     "message": "kubelet is posting ready status",
+                     "lastHeartbeatTime": ago(5), "lastTransitionTime": ago(3600)},
+                    {"type": TYPE, "status": status, "reason": reason, "message": message,
+                     "lastHeartbeatTime": heartbeat, "lastTransitionTime": ago(3600)}
+                ],
+                "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+                "nodeInfo": {"kubeletVersion": "v1.32.4", "bootID": "b"}
+            }
+        });
+        match self.srv.get("v1", "Node", "", name) {
+            None => {
+                self.srv.create(node).unwrap();
+            }
+            Some(_) => {
+                self.srv.put(node).unwrap();
+            }
+        }
+    }
+
+    fn nodes_cmd(&self) -> String {
+        format!(
+            "kubectl --kubeconfig {} --cache-dir {} get nodes -o json",
+            self.admin.display(),
+            self.dir.path().join("kubectl-cache").display()
+        )
+    }
+
+    fn check(&self, extra: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.env_remove("KUBERNETES_SERVICE_HOST")
+            .args([
+                "check",
+                "--from-node-conditions",
+                "--nodes-cmd",
+                &self.nodes_cmd(),
+            ])
+            .args(extra);
+        c
+    }
+
+    fn pool_file(&self) -> PathBuf {
+        let p = self.dir.path().join("pool.yaml");
+        std::fs::write(&p, POOL).unwrap();
+        p
+    }
+}
+
+fn run(mut c: Command) -> (i32, String, String) {
+    let out: Output = c.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn spawn(mut c: Command) -> Child {
+    c.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn finish(child: Child) -> (i32, String, String) {
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The table row of `node` (its first column).
+fn row<'a>(out: &'a str, node: &str) -> &'a str {
+    out.lines()
+        .find(|l| l.split_whitespace().next() == Some(node))
+        .unwrap_or_else(|| panic!("no row for {node} in:\n{out}"))
+}
+
+fn cells(row: &str) -> Vec<&str> {
+    row.split_whitespace().collect()
+}
+
+#[test]
+fn a_pool_is_followed_through_its_node_conditions_to_exit_0() {
+    let c = Cluster::new();
+    c.node("w1", "False", &ago(10), Some(COVERS));
+    c.node("w2", "True", &ago(10), Some(COVERS));
+    // The agent on w3 stopped 20 minutes ago: its True is stale.
+    c.node("w3", "True", &ago(20 * 60), Some(COVERS));
+
+    let (code, out, err) = run(c.check(&[]));
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(cells(row(&out, "w1"))[..3], ["w1", "no", "False"], "{out}");
+    assert!(
+        row(&out, "w1").contains("SysctlMismatch: user.max_user_namespaces is 0"),
+        "{out}"
+    );
+    assert_eq!(cells(row(&out, "w2"))[..3], ["w2", "yes", "True"], "{out}");
+    assert_eq!(
+        cells(row(&out, "w3"))[..3],
+        ["w3", "unknown", "True"],
+        "{out}"
+    );
+    assert!(
+        row(&out, "w3").contains("heartbeat is 20m") && row(&out, "w3").contains("stale after 15m"),
+        "{out}"
+    );
+    assert!(
+        out.contains("1/3 converged (via Node condition sandbox-readiness.io/SandboxReady)"),
+        "{out}"
+    );
+    // A shorter --max-heartbeat-age makes w2's 10 s old heartbeat stale too.
+    let (code, out, _) = run(c.check(&["--max-heartbeat-age", "5s", "-o", "json"]));
+    assert_eq!(code, 1);
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["source"], "nodeCondition");
+    assert_eq!(doc["nodesConverged"], 0, "{doc}");
+    assert_eq!(doc["nodes"][1]["name"], "w2");
+    assert_eq!(doc["nodes"][1]["status"], "Unknown");
+    assert_eq!(doc["nodes"][1]["condition"]["status"], "True");
+
+    // Under --wait the list is read again every --poll: the flips on the
+    // API server are followed, and check exits 0 once all are ready.
+    let started = Instant::now();
+    let child = spawn(c.check(&["--wait", "60s", "--poll", "300ms"]));
+    std::thread::sleep(Duration::from_secs(2));
+    c.node("w1", "True", &ago(0), Some(COVERS));
+    std::thread::sleep(Duration::from_secs(1));
+    // A heartbeat from the restarted agent on w3.
+    c.node("w3", "True", &ago(0), Some(COVERS));
+    let (code, out, err) = finish(child);
+    let took = started.elapsed();
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    for n in ["w1", "w2", "w3"] {
+        assert_eq!(cells(row(&out, n))[..3], [n, "yes", "True"], "{out}");
+    }
+    assert!(out.contains("3/3 converged"), "{out}");
+    // The progress on stderr: w1 went from no to yes, w3 from unknown.
+    let at = |needle: &str| {
+        err.find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} not in:\n{err}"))
+    };
+    assert!(
+        at("w1 converged no: SysctlMismatch") < at("w1 converged yes"),
+        "{err}"
+    );
+    assert!(at("w3 converged unknown") < at("w3 converged yes"), "{err}");
+    eprintln!(
+        "check --from-node-conditions --wait returned {took:?} after start (flips at 2 s and 3 s)"
+    );
+}
+
+#[test]
+fn the_pools_desired_state_must_be_covered_and_wait_times_out_when_it_never_is() {
+    let c = Cluster::new();
+    let pool = c.pool_file();
+    let pool = pool.to_str().unwrap();
+    c.node("w1", "True", &ago(5), Some(COVERS));
+    // w2's agent checks only its own defaults: nothing about the limit.
+    c.node("w2", "True", &ago(5), Some(r#"{"v":1}"#));
+    // w3 never wrote its annotation (an agent older than the annotation).
+    c.node("w3", "True", &ago(60), None);
+
+    let (code, out, err) = run(c.check(&["--desired-from", pool]));
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(cells(row(&out, "w1"))[..2], ["w1", "yes"], "{out}");
+    let w2 = row(&out, "w2");
+    assert_eq!(cells(w2)[..2], ["w2", "no"], "{out}");
+    assert!(
+        w2.contains("checks less than its pool asks") && w2.contains("user.max_user_namespaces"),
+        "{out}"
+    );
+    let w3 = row(&out, "w3");
+    assert_eq!(cells(w3)[..2], ["w3", "no"], "{out}");
+    assert!(
+        w3.contains("no sandbox-readiness.io/desired annotation"),
+        "{out}"
+    );
+    assert!(
+        out.contains("DESIRED (from the pool's configuration)"),
+        "{out}"
+    );
+    // Without the pool, their own word is enough.
+    let (code, out, _) = run(c.check(&[]));
+    assert_eq!(code, 0, "{out}");
+
+    // w2 never covers the pool: --wait times out, exit 1, w2 named.
+    let started = Instant::now();
+    let child = spawn(c.check(&["--desired-from", pool, "--wait", "3s", "--poll", "300ms"]));
+    std::thread::sleep(Duration::from_millis(1500));
+    c.node("w3", "True", &ago(0), Some(COVERS));
+    let (code, out, err) = finish(child);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(started.elapsed() >= Duration::from_secs(3));
+    assert!(started.elapsed() < Duration::from_secs(15));
+    assert!(err.contains("not converged within 3s"), "{err}");
+    assert_eq!(cells(row(&out, "w3"))[..2], ["w3", "yes"], "{out}");
+    assert_eq!(cells(row(&out, "w2"))[..2], ["w2", "no"], "{out}");
+    assert!(out.contains("2/3 converged"), "{out}");
+
+    // Once w2's agent checks the limit too, the same wait exits 0.
+    c.node("w2", "True", &ago(0), Some(COVERS));
+    let (code, out, err) =
+        run(c.check(&["--desired-from", pool, "--wait", "10s", "--poll", "300ms"]));
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+#[test]
+fn expected_count_is_waited_for() {
+    let c = Cluster::new();
+    c.node("w1", "True", &ago(5), None);
+    let child = spawn(c.check(&["--expect-nodes", "2", "--wait", "30s", "--poll", "300ms"]));
+    std::thread::sleep(Duration::from_millis(1500));
+    c.node("w2", "True", &ago(0), None);
+    let (code, out, err) = finish(child);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("2/2 converged"), "{out}");
+    let (code, out, _) = run(c.check(&["--expect-nodes", "3"]));
+    assert_eq!(code, 1);
+    assert!(out.contains("expected 3 nodes, 2 found"), "{out}");
+}
+
+fn bad_usage(args: &[&str], dir: &Path, want: &str) {
+    let (code, out, err) = run({
+        let mut c = Command::new(BIN);
+        c.current_dir(dir).arg("check").args(args);
+        c
+    });
+    assert_eq!(code, 2, "{args:?}: {out}{err}");
+    assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    assert!(err.contains(want), "{args:?}: {err}");
+    assert!(out.is_empty(), "{out}");
+}
+
+#[test]
+fn bad_input_is_one_line_naming_the_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let write = |name: &str, v: Value| {
+        std::fs::write(d.join(name), v.to_string()).unwrap();
+        name.to_string()
+    };
+    let machines = write("m.json", json!({"kind": "MachineList", "items": []}));
+    let nameless = write(
+        "n.json",
+        json!({"kind": "List", "items": [{"kind": "Node", "metadata": {"name": "a"}}, {"kind": "Node", "metadata": {}}]}),
+    );
+    let ok = write("ok.json", json!({"kind": "NodeList", "items": []}));
+    std::fs::write(d.join("text"), "w1\nw2\n").unwrap();
+    let f = "--from-node-conditions";
+    bad_usage(
+        &[f, "--kube-nodes", &machines],
+        d,
+        "a MachineList carries no Node conditions",
+    );
+    bad_usage(
+        &[f, "--kube-nodes", &nameless],
+        d,
+        "--kube-nodes n.json: item 2: no metadata.name",
+    );
+    bad_usage(
+        &[f, "--kube-nodes", "text"],
+        d,
+        "--kube-nodes text: not JSON",
+    );
+    bad_usage(
+        &[f, "--nodes-cmd", "echo w1"],
+        d,
+        "--nodes-cmd output: not JSON",
+    );
+    bad_usage(&[f], d, "needs --kube-nodes");
+    bad_usage(
+        &[f, "--kube-nodes", &ok, "--tls-ca", "ca.pem"],
+        d,
+        "--tls-ca does not apply to --from-node-conditions",
+    );
+    bad_usage(
+        &[f, "--kube-nodes", &ok, "--port", "1"],
+        d,
+        "--port does not apply",
+    );
+    bad_usage(
+        &[f, "--kube-nodes", &ok, "-n", "a"],
+        d,
+        "--nodes does not apply",
+    );
+    bad_usage(
+        &[f, "--kube-nodes", &ok, "--condition-type", "a/b/c"],
+        d,
+        "--condition-type",
+    );
+    // An empty NodeList is not a converged pool.
+    let (code, out, _) = run({
+        let mut c = Command::new(BIN);
+        c.current_dir(d).args(["check", f, "--kube-nodes", &ok]);
+        c
+    });
+    assert_eq!(code, 1);
+    assert!(
+        out.contains("0/0 converged") && out.contains("no nodes"),
+        "{out}"
+    );
+}
+
+#[test]
+fn stdin_is_read_once_under_wait() {
+    let node = |hb: &str| {
+        json!({"kind": "List", "items": [{"kind": "Node", "metadata": {"name": "w1"}, "status": {"conditions": [
+            {"type": TYPE, "status": "True", "reason": "Converged", "lastHeartbeatTime": hb}
+        ]}}]})
+        .to_string()
+    };
+    let run_stdin = |doc: String| {
+        let mut child = Command::new(BIN)
+            .args(["check", "--from-node-conditions", "--kube-nodes", "-"])
+            .args(["--wait", "2s", "--poll", "200ms"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(doc.as_bytes())
+            .unwrap();
+        finish(child)
+    };
+    let (code, out, err) = run_stdin(node(&ago(1)));
+    assert_eq!(code, 0, "{out}{err}");
+    // Stale, and stays so: the wait times out on the one document read,
+    // without complaining about an empty stdin on every round.
+    let (code, out, err) = run_stdin(node(&ago(3600)));
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("not converged within 2s"), "{err}");
+    assert!(!err.contains("not JSON"), "{err}");
+    assert_eq!(cells(row(&out, "w1"))[..2], ["w1", "unknown"], "{out}");
+}
