@@ -396,7 +396,7 @@ if only nodecond; then
 	# and kubelet's credential laid out as on Talos. The agents are pinned to
 	# CPU 0, the client and the server to CPU 1.
 	note "node condition: 100 flips (poll 2 s), 20 starts, 6 GetReport pairs writer on/off"
-	taskset -c 1 "$LOAD" node --bin "$BIN" --part flips --count 100 --agent-cpu 0 -- "${AGENT_FLAGS[@]}" \
+	taskset -c 1 "$LOAD" node --bin "$BIN" --part flips --count 100 --jitter 2s --agent-cpu 0 -- "${AGENT_FLAGS[@]}" \
 		>"$OUT/node-flips.json" || true
 	rec "{\"kind\":\"nodecond\",\"r\":$(cat "$OUT/node-flips.json" 2>/dev/null || echo null)}"
 	taskset -c 1 "$LOAD" node --bin "$BIN" --part starts --count 20 --agent-cpu 0 -- "${AGENT_FLAGS[@]}" \
