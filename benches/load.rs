@@ -62,6 +62,57 @@ enum Command {
     /// Time from the exec of `serve` to its first full report, or with
     /// --canary to the first report whose canary of that handler passed.
     Boot(BootArgs),
+    /// The Node writer (`serve --kubeconfig`) against the test API server,
+    /// run in this process: condition write latency over sysctl flips, exec
+    /// → first condition write, GetReport latency with the writer on vs off.
+    Node(NodeArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum NodePart {
+    /// `--count` flips of user.max_user_namespaces (0 ↔ 11255) in the
+    /// agent's user namespace: write → the condition's new status on the
+    /// Node, and the agent's Watch report → the same.
+    Flips,
+    /// `--count` execs of `serve` against a freshly registered Node: exec →
+    /// the condition on the Node.
+    Starts,
+    /// `--count` pairs of `load unary` GetReport runs against two agents,
+    /// one writing its Node and one not, in alternating order, while both
+    /// limits flip every second (so the writer writes during the runs).
+    Cost,
+}
+
+#[derive(Debug, Parser)]
+struct NodeArgs {
+    /// The agent binary.
+    #[arg(long)]
+    bin: PathBuf,
+    #[arg(long, value_enum)]
+    part: NodePart,
+    /// Flips, starts, or pairs.
+    #[arg(long, default_value_t = 100)]
+    count: usize,
+    /// The agents' `--poll-interval`.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    poll_interval: Duration,
+    /// Random wait before each flip, up to this long.
+    #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
+    jitter: Duration,
+    /// Pin the agents to this CPU (`taskset -c`).
+    #[arg(long)]
+    agent_cpu: Option<usize>,
+    /// Callers and measured time of each GetReport run (cost).
+    #[arg(long, default_value_t = 64)]
+    callers: usize,
+    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Give up on one flip or start after this long.
+    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    /// More `serve` flags.
+    #[arg(last = true)]
+    serve_args: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -208,6 +259,7 @@ fn main() -> std::process::ExitCode {
             Command::Change(a) => change(a).await,
             Command::Conns(a) => conns(a),
             Command::Boot(a) => boot(a).await,
+            Command::Node(a) => node(a).await,
             Command::Sizes => emit(&json!({
                 "mode": "sizes",
                 "Report": std::mem::size_of::<Report>(),
@@ -296,6 +348,10 @@ fn probe_durations(rpc: Rpc, r: &Report, out: &mut Vec<(String, f64)>) {
 }
 
 async fn unary(a: UnaryArgs) -> Result<(), BoxError> {
+    emit(&unary_run(a).await?)
+}
+
+async fn unary_run(a: UnaryArgs) -> Result<serde_json::Value, BoxError> {
     let callers = a.callers.max(1);
     let conns = a.connections.unwrap_or(callers).clamp(1, callers);
     let mut channels = Vec::with_capacity(conns);
@@ -424,7 +480,7 @@ async fn unary(a: UnaryArgs) -> Result<(), BoxError> {
         // Every sample, for runs small enough to pool across rounds.
         "samples_ms": (lat.len() <= 1000).then(|| lat.iter().map(|&n| ms(n)).collect::<Vec<_>>()),
     });
-    emit(&out)
+    Ok(out)
 }
 
 /// Nearest-rank percentile of sorted values.
@@ -781,5 +837,388 @@ async fn boot(a: BootArgs) -> Result<(), BoxError> {
         "ms": samples,
         "summary": summary_f(&samples),
         "errors": errors,
+    }))
+}
+
+// ------------------------------------------------------------ Node writer
+
+const NODE: &str = "bench-node";
+const COND: &str = "sandbox-readiness.io/SandboxReady";
+
+/// The test API server with one Node registered as kubelet does, and
+/// kubelet's credential for it laid out as on Talos.
+struct Api {
+    srv: test_api::TestApiServer,
+    _dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+}
+
+fn boot_id() -> Result<String, BoxError> {
+    Ok(std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?
+        .trim()
+        .to_string())
+}
+
+impl Api {
+    async fn start() -> Result<Api, BoxError> {
+        let srv = test_api::TestApiServer::builder().start().await?;
+        let dir = tempfile::tempdir()?;
+        let cert = srv.try_client_cert(&format!("system:node:{NODE}"), &["system:nodes"])?;
+        let kubeconfig = srv.kubeconfig_kubelet_style(&dir.path().join("kubelet"), &cert)?;
+        let api = Api {
+            srv,
+            _dir: dir,
+            kubeconfig,
+        };
+        api.register()?;
+        Ok(api)
+    }
+
+    /// A fresh Node: `Ready`, this boot's bootID, no condition of ours.
+    fn register(&self) -> Result<(), BoxError> {
+        let _ = self.srv.delete("v1", "Node", "", NODE);
+        self.srv
+            .create(json!({
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}},
+                "spec": {},
+                "status": {
+                    "conditions": [{
+                        "type": "Ready", "status": "True", "reason": "KubeletReady",
+                        "message": "kubelet is posting ready status",
+                        "lastHeartbeatTime": "2026-12-01T00:00:00Z",
+                        "lastTransitionTime": "2026-12-01T00:00:00Z"
+                    }],
+                    "nodeInfo": {"kubeletVersion": "v1.32.4", "bootID": boot_id()?}
+                }
+            }))
+            .map_err(|e| format!("cannot register the Node: {e:?}"))?;
+        Ok(())
+    }
+
+    /// The condition's status on the Node now (what a GET returns).
+    fn status(&self) -> Option<String> {
+        let node = self.srv.get("v1", "Node", "", NODE)?;
+        node["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == COND)
+            .and_then(|c| c["status"].as_str().map(String::from))
+    }
+
+    /// Successful status PATCHes so far (the writer's writes).
+    fn writes(&self) -> usize {
+        self.srv
+            .requests()
+            .iter()
+            .filter(|r| r.method == "PATCH" && r.path.ends_with("/status") && r.status == 200)
+            .count()
+    }
+
+    /// Polls the Node every millisecond until its condition is `want`
+    /// (`None`: any); the instant it was seen.
+    async fn until(&self, want: Option<&str>, within: Duration) -> Result<Instant, BoxError> {
+        let deadline = Instant::now() + within;
+        loop {
+            let s = self.status();
+            if s.is_some() && (want.is_none() || s.as_deref() == want) {
+                return Ok(Instant::now());
+            }
+            if Instant::now() > deadline {
+                return Err(
+                    format!("the condition is {s:?}, not {want:?}, after {within:?}").into(),
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+}
+
+fn free_port() -> Result<u16, BoxError> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// `serve` on 127.0.0.1:port (pinned with --agent-cpu), inside `unshare -U
+/// -r` at `limit` when given, writing the Node when `kubeconfig` is.
+fn node_agent(
+    a: &NodeArgs,
+    port: u16,
+    limit: Option<u32>,
+    desired: &str,
+    kubeconfig: Option<&std::path::Path>,
+) -> Result<tokio::process::Child, BoxError> {
+    let mut argv: Vec<String> = Vec::new();
+    if let Some(cpu) = a.agent_cpu {
+        argv.extend(["taskset".into(), "-c".into(), cpu.to_string()]);
+    }
+    if let Some(l) = limit {
+        argv.extend(
+            [
+                "unshare",
+                "-U",
+                "-r",
+                "sh",
+                "-c",
+                &format!("echo {l} > /proc/sys/user/max_user_namespaces && exec \"$0\" \"$@\""),
+            ]
+            .map(String::from),
+        );
+    }
+    argv.push(a.bin.display().to_string());
+    argv.extend(
+        [
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--poll-interval",
+            &humantime::format_duration(a.poll_interval).to_string(),
+            "--sysctl",
+            desired,
+        ]
+        .map(String::from),
+    );
+    if let Some(k) = kubeconfig {
+        argv.push("--kubeconfig".into());
+        argv.push(k.display().to_string());
+    }
+    argv.extend(a.serve_args.iter().cloned());
+    let mut cmd = tokio::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    Ok(cmd.spawn()?)
+}
+
+/// Connects to an agent that is starting (every 10 ms, at most 10 s).
+async fn connect_starting(port: u16) -> Result<Channel, BoxError> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match connect(addr).await {
+            Ok(ch) => return Ok(ch),
+            Err(e) if Instant::now() > deadline => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+}
+
+/// The limit the agents of `flips` and `cost` are asked to have.
+const LIMIT_OK: u32 = 11255;
+
+async fn node(a: NodeArgs) -> Result<(), BoxError> {
+    let api = Api::start().await?;
+    let desired = format!("{LIMIT}={LIMIT_OK}");
+    let out = match a.part {
+        NodePart::Flips => node_flips(&a, &api, &desired).await?,
+        NodePart::Starts => node_starts(&a, &api).await?,
+        NodePart::Cost => node_cost(&a, &api, &desired).await?,
+    };
+    emit(&out)
+}
+
+async fn node_flips(a: &NodeArgs, api: &Api, desired: &str) -> Result<serde_json::Value, BoxError> {
+    let port = free_port()?;
+    let mut child = node_agent(a, port, Some(LIMIT_OK), desired, Some(&api.kubeconfig))?;
+    let pid = child.id().ok_or("the agent exited at once")?;
+    api.until(Some("True"), a.timeout).await?;
+    // The agent's own reports, timestamped as they arrive.
+    let mut stream = ReadinessServiceClient::new(connect_starting(port).await?)
+        .watch(WatchRequest::default())
+        .await?
+        .into_inner();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Instant, String)>();
+    let reader = tokio::spawn(async move {
+        while let Ok(Some(m)) = stream.message().await {
+            if let Some(v) = m.report.as_ref().and_then(|r| find_sysctl(r, LIMIT)) {
+                if tx.send((Instant::now(), v.value.clone())).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let mut write_ms = Vec::with_capacity(a.count);
+    let mut report_ms = Vec::with_capacity(a.count);
+    let mut result = Ok(());
+    let writes0 = api.writes();
+    for i in 0..a.count {
+        let (value, want) = if i % 2 == 0 {
+            (0, "False")
+        } else {
+            (LIMIT_OK, "True")
+        };
+        tokio::time::sleep(a.jitter.mul_f64(fastrand::f64())).await;
+        while rx.try_recv().is_ok() {}
+        let t0 = Instant::now();
+        if let Err(e) = write_limit(pid, u64::from(value)).await {
+            result = Err(e);
+            break;
+        }
+        let seen = match api.until(Some(want), a.timeout).await {
+            Ok(t) => t,
+            Err(e) => {
+                result = Err(format!("flip {}: {e}", i + 1).into());
+                break;
+            }
+        };
+        write_ms.push((seen - t0).as_secs_f64() * 1e3);
+        // The report carrying the new value (it may arrive just after the
+        // condition was seen: the Watch and the writer are told at once).
+        let wanted = value.to_string();
+        let reported = tokio::time::timeout(Duration::from_secs(5), async {
+            while let Some((t, v)) = rx.recv().await {
+                if v == wanted {
+                    return Some(t);
+                }
+            }
+            None
+        })
+        .await;
+        if let Ok(Some(t)) = reported {
+            report_ms.push(if seen >= t {
+                (seen - t).as_secs_f64() * 1e3
+            } else {
+                -((t - seen).as_secs_f64() * 1e3)
+            });
+        }
+    }
+    let writes = api.writes() - writes0;
+    reader.abort();
+    let _ = child.kill().await;
+    let sorted = |v: &[f64]| {
+        let mut s = v.to_vec();
+        s.sort_by(f64::total_cmp);
+        s
+    };
+    let (ws, rs) = (sorted(&write_ms), sorted(&report_ms));
+    Ok(json!({
+        "mode": "node_flips",
+        "poll_interval_ms": a.poll_interval.as_secs_f64() * 1e3,
+        "jitter_ms": a.jitter.as_secs_f64() * 1e3,
+        "flips": write_ms.len(),
+        "writes": writes,
+        "write_to_condition_ms": summary_f(&ws),
+        "write_p99_ms": pct(&ws, 99.0),
+        "report_to_condition_ms": summary_f(&rs),
+        "report_p99_ms": pct(&rs, 99.0),
+        "samples_ms": write_ms,
+        "error": result.as_ref().err().map(|e| e.to_string()),
+    }))
+}
+
+async fn node_starts(a: &NodeArgs, api: &Api) -> Result<serde_json::Value, BoxError> {
+    // The host's own limit: the condition is True at the first write.
+    let host = std::fs::read_to_string("/proc/sys/user/max_user_namespaces")?;
+    let desired = format!("{LIMIT}={}", host.trim());
+    let mut samples = Vec::with_capacity(a.count);
+    let mut errors = Vec::new();
+    for _ in 0..a.count {
+        api.register()?;
+        let port = free_port()?;
+        let t0 = Instant::now();
+        let mut child = node_agent(a, port, None, &desired, Some(&api.kubeconfig))?;
+        // The verdict on the Node (a fresh Node may get `Unknown` first).
+        match api.until(Some("True"), a.timeout).await {
+            Ok(t) => samples.push((t - t0).as_secs_f64() * 1e3),
+            Err(e) => errors.push(e.to_string()),
+        }
+        let _ = child.kill().await;
+    }
+    let mut sorted = samples.clone();
+    sorted.sort_by(f64::total_cmp);
+    Ok(json!({
+        "mode": "node_starts",
+        "starts": a.count,
+        "ms": samples,
+        "summary": summary_f(&sorted),
+        "errors": errors,
+    }))
+}
+
+async fn node_cost(a: &NodeArgs, api: &Api, desired: &str) -> Result<serde_json::Value, BoxError> {
+    let (p_off, p_on) = (free_port()?, free_port()?);
+    let mut off = node_agent(a, p_off, Some(LIMIT_OK), desired, None)?;
+    let mut on = node_agent(a, p_on, Some(LIMIT_OK), desired, Some(&api.kubeconfig))?;
+    let pids = [
+        off.id().ok_or("the agent exited at once")?,
+        on.id().ok_or("the agent exited at once")?,
+    ];
+    api.until(Some("True"), a.timeout).await?;
+    connect_starting(p_off).await?;
+    // Both limits flip every second, so the writer writes during the runs
+    // and both agents observe the same changes.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flipper = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut v = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for pid in pids {
+                    let _ = std::process::Command::new("nsenter")
+                        .args(["-U", "-t", &pid.to_string(), "sh", "-c"])
+                        .arg(format!("echo {v} > /proc/sys/user/max_user_namespaces"))
+                        .status();
+                }
+                v = if v == 0 { LIMIT_OK } else { 0 };
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        })
+    };
+    let run = |port: u16, label: &str| UnaryArgs {
+        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        rpc: Rpc::GetReport,
+        callers: a.callers,
+        connections: None,
+        duration: a.duration,
+        warmup: Duration::from_millis(500),
+        count: None,
+        rate: 0.0,
+        label: label.to_string(),
+    };
+    let mut pairs = Vec::with_capacity(a.count);
+    let mut result = Ok(());
+    for i in 0..a.count {
+        // Alternate which goes first, so drift favours neither.
+        let order = if i % 2 == 0 {
+            ["off", "on"]
+        } else {
+            ["on", "off"]
+        };
+        let mut got = serde_json::Map::new();
+        for which in order {
+            let port = if which == "on" { p_on } else { p_off };
+            let w0 = api.writes();
+            match unary_run(run(port, which)).await {
+                Ok(mut r) => {
+                    if let Some(o) = r.as_object_mut() {
+                        o.remove("samples_ms");
+                        if which == "on" {
+                            o.insert("node_writes".into(), json!(api.writes() - w0));
+                        }
+                    }
+                    got.insert(which.into(), r);
+                }
+                Err(e) => result = Err(e),
+            }
+        }
+        if result.is_err() {
+            break;
+        }
+        pairs.push(serde_json::Value::Object(got));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = flipper.join();
+    let _ = off.kill().await;
+    let _ = on.kill().await;
+    Ok(json!({
+        "mode": "node_cost",
+        "callers": a.callers,
+        "seconds": a.duration.as_secs_f64(),
+        "pairs": pairs,
+        "error": result.as_ref().err().map(|e| e.to_string()),
     }))
 }

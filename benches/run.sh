@@ -8,7 +8,7 @@
 # Also: SR_BENCH_LOAD=path (a built load client), SR_BENCH_BIN=path (another
 # agent build), SR_BENCH_KEEP=1 (keep the raw records in /tmp),
 # SR_BENCH_ONLY=section[,section...] (run only those: size idle watchers
-# growth latency throughput probe change hostile fanout boot), e.g.
+# growth latency throughput probe change hostile fanout boot nodecond), e.g.
 #   SR_BENCH_SKIP_BUILD=1 SR_BENCH_BIN=path SR_BENCH_ONLY=throughput benches/run.sh
 #
 # Needs: h2load (nghttp2-client), python3, taskset/unshare/nsenter
@@ -131,7 +131,7 @@ fi
 # profile's size settings (LTO, opt-level z), which would only slow it.
 LOAD_SRC=${SR_BENCH_LOAD:-}
 NEED_LOAD=
-for s in watchers latency probe change hostile boot; do only "$s" && NEED_LOAD=1; done
+for s in watchers latency probe change hostile boot nodecond; do only "$s" && NEED_LOAD=1; done
 if [ -z "$LOAD_SRC" ] && [ -n "$NEED_LOAD" ]; then
 	LOAD_SRC=$(CARGO_PROFILE_BENCH_LTO=false CARGO_PROFILE_BENCH_OPT_LEVEL=3 \
 		CARGO_PROFILE_BENCH_CODEGEN_UNITS=16 \
@@ -386,6 +386,25 @@ if only boot; then
 	else
 		note "boot with a canary needs root (a private containerd): skipped"
 	fi
+fi
+
+###############################################################################
+if only nodecond; then
+	# The Node writer (serve --kubeconfig) against the test API server, which
+	# `load node` runs in its own process (test-api, a dev-dependency: it
+	# never reaches the agent binary), with a Node registered as kubelet does
+	# and kubelet's credential laid out as on Talos. The agents are pinned to
+	# CPU 0, the client and the server to CPU 1.
+	note "node condition: 100 flips (poll 2 s), 20 starts, 6 GetReport pairs writer on/off"
+	taskset -c 1 "$LOAD" node --bin "$BIN" --part flips --count 100 --jitter 2s --agent-cpu 0 -- "${AGENT_FLAGS[@]}" \
+		>"$OUT/node-flips.json" || true
+	rec "{\"kind\":\"nodecond\",\"r\":$(cat "$OUT/node-flips.json" 2>/dev/null || echo null)}"
+	taskset -c 1 "$LOAD" node --bin "$BIN" --part starts --count 20 --agent-cpu 0 -- "${AGENT_FLAGS[@]}" \
+		>"$OUT/node-starts.json" || true
+	rec "{\"kind\":\"nodecond\",\"r\":$(cat "$OUT/node-starts.json" 2>/dev/null || echo null)}"
+	taskset -c 1 "$LOAD" node --bin "$BIN" --part cost --count 6 --callers 64 --duration 3s --agent-cpu 0 \
+		--poll-interval 500ms -- "${AGENT_FLAGS[@]}" >"$OUT/node-cost.json" || true
+	rec "{\"kind\":\"nodecond\",\"r\":$(cat "$OUT/node-cost.json" 2>/dev/null || echo null)}"
 fi
 
 ###############################################################################

@@ -241,6 +241,50 @@ def main():
                          f"{r['image_after_s']:.0f} s after the exec (a fresh containerd 2.1 each run)",
                          "— (reported)", fig, "—"))
 
+    for n in by.get("nodecond", []):
+        r = n.get("r") or {}
+        err = f"; error: {r['error']}" if r.get("error") else ""
+        if r.get("mode") == "node_flips":
+            w = r.get("write_to_condition_ms", {})
+            rp = r.get("report_to_condition_ms", {})
+            poll = r.get("poll_interval_ms", 0) / 1000
+            rows.append((f"Node condition: write user.max_user_namespaces → the condition's new status on the Node "
+                         f"(agent poll {poll:.0f} s; {r.get('flips')} flips)",
+                         f"≤ 3 s (poll {poll:.0f} s + 1 s)",
+                         f"p50 {ms(w.get('p50'))}, p99 {ms(r.get('write_p99_ms'))}, max {ms(w.get('max'))}; "
+                         f"{r.get('writes')} status PATCHes{err}",
+                         yes(r.get("flips", 0) >= 100 and (r.get("write_p99_ms") or 1e9) <= poll * 1000 + 1000
+                             and not r.get("error"))))
+            rows.append(("Node condition: the agent's Watch report of the new value → the condition on the Node "
+                         "(the writer's own latency)", "≤ 1 s",
+                         f"p50 {ms(rp.get('p50'))}, p99 {ms(r.get('report_p99_ms'))}, max {ms(rp.get('max'))} "
+                         f"(n={rp.get('n')})",
+                         yes((r.get("report_p99_ms") or 1e9) <= 1000)))
+        elif r.get("mode") == "node_starts":
+            v = r.get("ms") or []
+            e = f"; {len(r['errors'])} failed: {r['errors'][0]}" if r.get("errors") else ""
+            rows.append(("Node condition: exec of `serve --kubeconfig` → the condition `True` on a freshly registered Node",
+                         "— (reported)",
+                         (f"p50 {ms(pct(v, 50))}, max {ms(max(v))}, min {ms(min(v))} (n={len(v)} starts){e}"
+                          if v else f"n/a{e}"), "—"))
+        elif r.get("mode") == "node_cost":
+            pairs = [p for p in r.get("pairs", []) if "on" in p and "off" in p]
+            q99 = [p["on"]["p99_ms"] / p["off"]["p99_ms"] for p in pairs if p["off"].get("p99_ms")]
+            q50 = [p["on"]["p50_ms"] / p["off"]["p50_ms"] for p in pairs if p["off"].get("p50_ms")]
+            writes = sum(p["on"].get("node_writes", 0) for p in pairs)
+            off99 = [p["off"]["p99_ms"] for p in pairs]
+            on99 = [p["on"]["p99_ms"] for p in pairs]
+            if q99:
+                rows.append((f"GetReport p99 with the Node writer on / off ({r.get('callers')} callers, "
+                             f"{len(q99)} alternating pairs of {r.get('seconds'):.0f} s, both limits flipped every second)",
+                             "median ratio ≤ 1.10",
+                             f"ratio {med(q99):.2f} ({rng(q99, lambda v: f'{v:.2f}')}); p50 ratio {med(q50):.2f} "
+                             f"({rng(q50, lambda v: f'{v:.2f}')}); p99 off median {ms(med(off99))}, on {ms(med(on99))}; "
+                             f"{writes} Node writes during the on runs{err}",
+                             yes(len(q99) >= 5 and med(q99) <= 1.10)))
+            else:
+                rows.append(("GetReport p99 with the Node writer on / off", "median ratio ≤ 1.10", f"n/a{err}", "pending"))
+
     ch = by.get("change", [])
     if ch:
         r = ch[0]["r"]

@@ -23,7 +23,7 @@ use sandbox_readiness::proto::v1::{
 };
 use support::containerd::{
     canary_sandboxes as labelled_sandboxes, import_pause, import_pause_archive, pause_archive,
-    Containerd, Options, PAUSE_IMAGE as PAUSE,
+    runc_shim_as_runsc, Containerd, Options, PAUSE_IMAGE as PAUSE,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_sandbox-readiness");
@@ -545,5 +545,68 @@ async fn serve_retries_a_failed_canary_soon_until_the_runtime_is_mended() {
         .log()
         .text()
         .contains("the canary did not pass: running it again in 15s"));
+    assert!(labelled_sandboxes(&ctd).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_retries_a_failed_runsc_canary_until_its_shim_is_restored() {
+    // The runsc handler's shim (containerd-shim-runsc-v1, a stand-in: see
+    // runc_shim_as_runsc) is removed when the agent starts, as on a node
+    // whose gVisor extension has not laid it down yet, and restored 20 s
+    // after the agent started.
+    let shims = tempfile::tempdir().unwrap();
+    let stash = tempfile::tempdir().unwrap();
+    let stashed = runc_shim_as_runsc(stash.path());
+    let shim = shims.path().join("containerd-shim-runsc-v1");
+    let ctd = Containerd::start(
+        Options::containerd2_with_runsc()
+            .pod_sandboxes(PAUSE)
+            .runsc_shim_in(shims.path().to_path_buf()),
+    );
+    import_pause(&ctd);
+    let agent = common::Agent::start(
+        None,
+        &[
+            "--cri-endpoint",
+            &ctd.endpoint(),
+            "--allow-canary",
+            "runsc",
+            "--require-canary",
+            "runsc",
+        ],
+    );
+    let started = Instant::now();
+    let (_, failed) = until_served(
+        &agent,
+        "runsc",
+        ProbeOutcome::Failed,
+        Duration::from_secs(15),
+    )
+    .await;
+    assert!(
+        failed.runtime_error.contains("containerd-shim-runsc-v1"),
+        "{failed:?}"
+    );
+    tokio::time::sleep(
+        (started + Duration::from_secs(20)).saturating_duration_since(Instant::now()),
+    )
+    .await;
+    std::fs::rename(&stashed, &shim).unwrap();
+    let restored = Instant::now();
+    let (took, passed) = until_served(
+        &agent,
+        "runsc",
+        ProbeOutcome::Passed,
+        Duration::from_secs(60),
+    )
+    .await;
+    eprintln!(
+        "the runsc shim restored {:.1?} after the agent listened; the canary passed {took:.1?} after that",
+        restored - started
+    );
+    assert!(!passed.sandbox_id.is_empty(), "{passed:?}");
+    // Failed at start and after 15 s; passed at the third run (45 s).
+    let (_, runs) = served_canary(&agent.url(), "runsc").await;
+    assert_eq!(runs, 3, "{}", agent.log().text());
     assert!(labelled_sandboxes(&ctd).await.unwrap().is_empty());
 }

@@ -1156,3 +1156,180 @@ fn raise_nofile(want: u64) {
         lim.rlim_cur
     );
 }
+
+/// The pool-wide configuration (README "One configuration for a whole
+/// pool"): one ExtensionServiceConfig for every Machine — gRPC on loopback
+/// only, no TLS keys, the kubelet's kubeconfig, the desired state as
+/// environment. Kubelet bootstraps after the service started: its
+/// kubeconfig and client certificate appear under the bound
+/// /etc/kubernetes and /var/lib/kubelet later, laid out as on Talos (the
+/// absolute `kubelet-client-current.pem` symlink), and the agent in the
+/// container writes its Node's condition onto the test API server over the
+/// host network, where real kubectl waits for it.
+#[test]
+fn the_pool_wide_configuration_reports_through_the_node() {
+    use base64::Engine;
+    use test_api::{TestApiServer, User};
+    const TYPE: &str = "sandbox-readiness.io/SandboxReady";
+    if common::on_path("kubectl").is_none() {
+        common::skip("kubectl is not installed");
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let srv = rt
+        .block_on(
+            TestApiServer::builder()
+                .token("admin-token", User::new("admin", &["system:masters"]))
+                .start(),
+        )
+        .unwrap();
+    let boot_id = fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .unwrap()
+        .trim()
+        .to_string();
+    srv.create(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "worker-1", "labels": {"kubernetes.io/hostname": "worker-1"}},
+        "spec": {},
+        "status": {
+            "conditions": [{
+                "type": "Ready", "status": "True", "reason": "KubeletReady",
+                "message": "kubelet is posting ready status",
+                "lastHeartbeatTime": "2026-12-01T00:00:00Z",
+                "lastTransitionTime": "2026-12-01T00:00:00Z"
+            }],
+            "nodeInfo": {"kubeletVersion": "v1.32.4", "bootID": boot_id}
+        }
+    }))
+    .unwrap();
+    let limit = fs::read_to_string("/proc/sys/user/max_user_namespaces")
+        .unwrap()
+        .trim()
+        .to_string();
+    let node = Node::start(NodeOptions {
+        tls: false,
+        env: vec![
+            "SANDBOX_READINESS_KUBECONFIG=/etc/kubernetes/kubeconfig-kubelet".into(),
+            "SANDBOX_READINESS_HANDLER_LABELS=true".into(),
+            format!("SANDBOX_READINESS_SYSCTL=user.max_user_namespaces={limit}"),
+            "SANDBOX_READINESS_REQUIRE_RUNTIME_HANDLER=runsc".into(),
+        ],
+        ..NodeOptions::default()
+    });
+    // gRPC on loopback only, no key: nothing of tls init's in the config.
+    assert!(
+        node.env
+            .iter()
+            .any(|e| e == "SANDBOX_READINESS_LISTEN=127.0.0.1:0"),
+        "{:?}",
+        node.env
+    );
+    assert!(
+        !node.env.iter().any(|e| e.contains("TLS")),
+        "{:?}",
+        node.env
+    );
+    let listening: Vec<String> = node
+        .log_events()
+        .iter()
+        .filter(|e| e["fields"]["message"] == "listening")
+        .filter_map(|e| e["fields"]["addr"].as_str().map(String::from))
+        .collect();
+    assert!(
+        !listening.is_empty() && listening.iter().all(|a| a.starts_with("127.0.0.1:")),
+        "{listening:?}"
+    );
+
+    // Kubelet bootstraps: its credential, as on Talos, under the binds.
+    let host = node.ctd.dir().to_path_buf();
+    let cert = srv.client_cert("system:node:worker-1", &["system:nodes"]);
+    let pki = host.join("var/lib/kubelet/pki");
+    fs::create_dir_all(&pki).unwrap();
+    let pem_name = format!("kubelet-client-{}.pem", cert.serial);
+    fs::write(
+        pki.join(&pem_name),
+        format!("{}{}", cert.cert_pem, cert.key_pem),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(
+        Path::new("/var/lib/kubelet/pki").join(&pem_name),
+        pki.join("kubelet-client-current.pem"),
+    )
+    .unwrap();
+    let ca = base64::engine::general_purpose::STANDARD.encode(srv.ca_pem());
+    fs::create_dir_all(host.join("etc/kubernetes")).unwrap();
+    fs::write(
+        host.join("etc/kubernetes/kubeconfig-kubelet"),
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: {}\n    certificate-authority-data: {ca}\nusers:\n- name: kubelet\n  user:\n    client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem\n    client-key: /var/lib/kubelet/pki/kubelet-client-current.pem\ncontexts:\n- name: kubelet@local\n  context:\n    cluster: local\n    user: kubelet\ncurrent-context: kubelet@local\n",
+            srv.url()
+        ),
+    )
+    .unwrap();
+
+    // Real kubectl, as an operator after a rollout.
+    let kdir = tempfile::tempdir().unwrap();
+    let admin = kdir.path().join("admin.kubeconfig");
+    fs::write(&admin, srv.kubeconfig_token("admin-token")).unwrap();
+    let kubectl = |args: &[&str]| {
+        Command::new("kubectl")
+            .env("KUBECONFIG", &admin)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .arg("--cache-dir")
+            .arg(kdir.path().join("cache"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = kubectl(&[
+        "wait",
+        &format!("--for=condition={TYPE}"),
+        "node/worker-1",
+        "--timeout=60s",
+    ]);
+    assert!(
+        out.status.success(),
+        "kubectl wait: {}\nservice log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        node.log()
+    );
+    let out = kubectl(&["get", "node", "worker-1", "-o", "json"]);
+    assert!(out.status.success());
+    let n: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cond = n["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == TYPE)
+        .cloned()
+        .unwrap();
+    assert_eq!(cond["status"], "True", "{cond}");
+    assert_eq!(cond["reason"], "Converged", "{cond}");
+    // kubelet's own condition is untouched.
+    assert!(
+        n["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True"),
+        "{n:#}"
+    );
+    let ann = n["metadata"]["annotations"]["sandbox-readiness.io/desired"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no desired-state annotation: {n:#}"));
+    let desired = sandbox_readiness::desired::from_annotation(ann).unwrap();
+    assert_eq!(desired.sysctls.len(), 1, "{ann}");
+    assert!(
+        n["metadata"]["labels"]["sandbox-readiness.io/runsc"].is_string(),
+        "{n:#}"
+    );
+    // Written as the kubelet's identity, from inside the container.
+    assert!(srv.requests().iter().any(|r| r.method == "PATCH"
+        && r.status == 200
+        && r.user.as_deref() == Some("system:node:worker-1")));
+}

@@ -8,10 +8,14 @@
 //! write; a restart keeps `lastTransitionTime`; a node credential for
 //! another Node gets NodeRestriction's 403 and the agent says so; a rotated
 //! certificate whose old serial is revoked is picked up without a restart;
-//! scripted 503/429 answers and a server that goes down are recovered from.
+//! scripted 503/429 answers and a server that goes down are recovered from;
+//! a runsc handler whose shim is removed and restored against the test
+//! containerd turns the condition False and the handler's label not-ready,
+//! then back (its canary run through the restored shim).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod support;
 
 use std::{
     path::{Path, PathBuf},
@@ -638,4 +642,148 @@ fn a_hung_api_server_delays_neither_answers_nor_sigterm() {
         sent.elapsed()
     );
     assert!(agent.child.try_wait().unwrap().unwrap().success());
+}
+
+/// `kubectl wait --for=condition=TYPE node/NAME --timeout=30s`, started.
+fn kubectl_waiter(c: &Cluster, node: &str) -> std::process::Child {
+    Command::new("kubectl")
+        .env("KUBECONFIG", &c.admin)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .arg("--cache-dir")
+        .arg(c.dir.path().join("kubectl-cache"))
+        .args([
+            "wait",
+            &format!("--for=condition={TYPE}"),
+            &format!("node/{node}"),
+            "--timeout=30s",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn a_removed_runsc_shim_is_false_and_not_ready_until_it_is_restored() {
+    use support::containerd::{import_pause, runc_shim_as_runsc, Containerd, Options, PAUSE_IMAGE};
+    if !kubectl_available() {
+        return;
+    }
+    // containerd 2.1 with Talos's gVisor handler, its shim in a directory
+    // of the test's on containerd's PATH, where the agent observes it too.
+    let shims = tempfile::tempdir().unwrap();
+    let shim = runc_shim_as_runsc(shims.path());
+    let stash = tempfile::tempdir().unwrap();
+    let stashed = stash.path().join("containerd-shim-runsc-v1");
+    let ctd = Containerd::start(
+        Options::containerd2_with_runsc()
+            .pod_sandboxes(PAUSE_IMAGE)
+            .runsc_shim_in(shims.path().to_path_buf()),
+    );
+    import_pause(&ctd);
+    let c = Cluster::new();
+    c.register("worker-1", &boot_id());
+    let (kc, _) = c.kubelet_kubeconfig("worker-1", "kubelet");
+    // The shim is seen at each full observation (--probe-interval, 30 s by
+    // default): every second here.
+    let _agent = Agent::spawn(AgentSpec::new(
+        None,
+        &[
+            "--poll-interval",
+            "300ms",
+            "--probe-interval",
+            "1s",
+            "--kubeconfig",
+            kc.to_str().unwrap(),
+            "--node-resync",
+            "1s",
+            "--host-root",
+            ctd.dir().to_str().unwrap(),
+            "--cri-endpoint",
+            &ctd.endpoint(),
+            "--runsc-path",
+            "/usr/bin/runsc",
+            "--shim-path",
+            shim.to_str().unwrap(),
+            "--require-runtime-handler",
+            "runsc",
+            "--require-canary",
+            "runsc",
+            "--allow-canary",
+            "runsc",
+            "--handler-labels",
+        ],
+    ));
+    let label = |c: &Cluster| {
+        c.node("worker-1")["metadata"]["labels"]["sandbox-readiness.io/runsc"]
+            .as_str()
+            .map(str::to_string)
+    };
+    // With the shim: the canary passes through it, the node converges.
+    wait_until(
+        Duration::from_secs(30),
+        "condition True, runsc ready",
+        || {
+            c.status_of("worker-1").as_deref() == Some("True")
+                && label(&c).as_deref() == Some("ready")
+        },
+    );
+
+    // The shim removed: False, naming it; the handler not-ready.
+    std::fs::rename(&shim, &stashed).unwrap();
+    wait_until(
+        Duration::from_secs(5),
+        "condition False, runsc not-ready",
+        || {
+            c.status_of("worker-1").as_deref() == Some("False")
+                && label(&c).as_deref() == Some("not-ready")
+        },
+    );
+    let cond = c.condition("worker-1", TYPE).unwrap();
+    assert_eq!(cond["reason"], "RuntimeShimMissing", "{cond}");
+    let msg = cond["message"].as_str().unwrap();
+    assert!(msg.contains("containerd-shim-runsc-v1"), "{cond}");
+    assert!(msg.contains("handler runsc"), "{cond}");
+    let (code, out, err) = c.kubectl(&["get", "nodes", "-L", "sandbox-readiness.io/runsc"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("worker-1 ") && l.ends_with("not-ready")),
+        "{out}"
+    );
+    let (code, _, err) = c.kubectl(&[
+        "wait",
+        &format!("--for=condition={TYPE}"),
+        "node/worker-1",
+        "--timeout=2s",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("timed out"), "{err}");
+
+    // Restored: kubectl's wait returns, the label is ready again.
+    let waiter = kubectl_waiter(&c, "worker-1");
+    std::thread::sleep(Duration::from_millis(700));
+    let restored = Instant::now();
+    std::fs::rename(&stashed, &shim).unwrap();
+    let out = waiter.wait_with_output().unwrap();
+    let took = restored.elapsed();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("node/worker-1 condition met"),
+        "{out:?}"
+    );
+    assert!(took <= Duration::from_secs(3), "kubectl wait took {took:?}");
+    eprintln!("shim restored → kubectl wait returned: {took:?}");
+    assert_eq!(
+        c.condition("worker-1", TYPE).unwrap()["reason"],
+        "Converged"
+    );
+    wait_until(Duration::from_secs(5), "runsc ready again", || {
+        label(&c).as_deref() == Some("ready")
+    });
 }

@@ -135,6 +135,14 @@ pub struct Options {
     /// be set and runc fails with "can't get final child's PID from pipe:
     /// EOF". A real node has the capability; pod sandboxes need this here.
     pub restrict_oom_score_adj: bool,
+    /// A directory put first on containerd's PATH, where it looks for the
+    /// shim of a runtime type (`containerd-shim-runsc-v1` for runsc): a
+    /// test's own shim directory, whose shim it can remove and restore.
+    pub shim_dir: Option<PathBuf>,
+    /// Register runsc without its options table (`TypeUrl`, `ConfigPath`),
+    /// for [`runc_shim_as_runsc`]: runc's shim refuses the options of
+    /// another runtime type, and without any it starts the sandbox.
+    pub runsc_without_options: bool,
 }
 
 impl Options {
@@ -163,6 +171,15 @@ impl Options {
     /// The runc runtime runs this binary (`BinaryName`).
     pub fn runc_binary(mut self, runc: PathBuf) -> Self {
         self.runc_binary = Some(runc);
+        self
+    }
+
+    /// containerd 2.1 whose runsc handler runs [`runc_shim_as_runsc`]'s
+    /// stand-in shim from `shim_dir` (first on containerd's PATH), so a
+    /// runsc canary can pass here although Debian ships no runsc shim.
+    pub fn runsc_shim_in(mut self, shim_dir: PathBuf) -> Self {
+        self.shim_dir = Some(shim_dir);
+        self.runsc_without_options = true;
         self
     }
 
@@ -258,7 +275,12 @@ impl Containerd {
             Version::V2 => {
                 let drop_in = runsc_config_path.as_deref().map(|cfg| {
                     let part = conf_d.join("10-gvisor.part");
-                    write(&part, &gvisor_part(cfg));
+                    let body = if opts.runsc_without_options {
+                        GVISOR_PART_WITHOUT_OPTIONS.to_string()
+                    } else {
+                        gvisor_part(cfg)
+                    };
+                    write(&part, &body);
                     part
                 });
                 config_toml_v3(&dir_path, &socket, &ttrpc, drop_in.as_deref(), &opts)
@@ -273,13 +295,14 @@ impl Containerd {
             .try_clone()
             .unwrap_or_else(|e| panic!("cannot dup the log file: {e}"));
         let mut cmd = Command::new(&binary);
-        if let Some(d) = &bin_dir {
-            // containerd finds containerd-shim-runc-v2 on PATH: its own first.
+        // containerd finds its shims on PATH: the test's shim directory
+        // first, then containerd-shim-runc-v2 of its own.
+        let first: Vec<PathBuf> = opts.shim_dir.iter().chain(&bin_dir).cloned().collect();
+        if !first.is_empty() {
             let path = std::env::var_os("PATH").unwrap_or_default();
-            let joined = std::env::join_paths(
-                std::iter::once(d.clone()).chain(std::env::split_paths(&path)),
-            )
-            .unwrap_or_else(|e| panic!("cannot build PATH: {e}"));
+            let joined =
+                std::env::join_paths(first.into_iter().chain(std::env::split_paths(&path)))
+                    .unwrap_or_else(|e| panic!("cannot build PATH: {e}"));
             cmd.env("PATH", joined);
         }
         let child = cmd
@@ -630,6 +653,27 @@ fn gvisor_part(runsc_config: &Path) -> String {
 "#,
         runsc_config.display()
     )
+}
+
+/// [`gvisor_part`] without its options table, for the stand-in shim.
+const GVISOR_PART_WITHOUT_OPTIONS: &str = r#"[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runsc]
+  runtime_type = "io.containerd.runsc.v1"
+"#;
+
+/// A stand-in for `containerd-shim-runsc-v1` in `dir`: a copy of containerd
+/// 2.1's `containerd-shim-runc-v2` under runsc's shim name (Debian ships no
+/// runsc shim; gvisor_e2e.rs runs Debian's runsc itself). containerd starts
+/// it for the runsc handler as it would gVisor's (by the runtime type's
+/// binary name on PATH), and it starts the pod sandbox with runc: what is
+/// real is containerd resolving, failing for want of, and later finding
+/// the runsc handler's shim. Use with [`Options::runsc_shim_in`]. Returns
+/// the shim's path.
+pub fn runc_shim_as_runsc(dir: &Path) -> PathBuf {
+    let runc_shim = super::testenv::containerd2_bin_dir().join("containerd-shim-runc-v2");
+    let shim = dir.join("containerd-shim-runsc-v1");
+    fs::copy(&runc_shim, &shim)
+        .unwrap_or_else(|e| panic!("cannot copy {}: {e}", runc_shim.display()));
+    shim
 }
 
 /// containerd 2.x's config (version 3): CRI split into
