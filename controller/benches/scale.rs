@@ -31,7 +31,14 @@ const TY: &str = "sandbox-readiness.io/SandboxReady";
 const AV: &str = "cluster.x-k8s.io/v1beta2";
 const CLUSTERS: usize = 2;
 const MDS_PER_CLUSTER: usize = 5;
-const MACHINES_PER_MD: usize = 100;
+/// Machines per MachineDeployment: 100 (1,000 in all); `SCALE_PER_MD`
+/// makes a smaller world for a quick look.
+fn per_md() -> usize {
+    std::env::var("SCALE_PER_MD")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100)
+}
 const SYSCTL: (&str, &str) = ("user.max_user_namespaces", "11255");
 
 fn b64(s: &str) -> String {
@@ -120,11 +127,7 @@ fn machine_config(seed: usize) -> String {
             ));
         }
     }
-    c.push_str(&format!(
-        "  sysctls:\n    {}: \"{}\"\n    net.ipv4.neigh.default.gc_thresh1: \"4096\"\n",
-        SYSCTL.0, SYSCTL.1
-    ));
-    c.push_str("  kernel:\n    modules:\n      - name: drbd\n        parameters: [usermode_helper=disabled]\n      - name: zfs\n      - name: spl\n      - name: vfio_pci\n");
+    c.push_str(&format!("  sysctls:\n    {}: \"{}\"\n", SYSCTL.0, SYSCTL.1));
     c.push_str("cluster:\n  id: Zm9vYmFyYmF6\n  secret: c2VjcmV0LXNlY3JldA==\n  controlPlane:\n    endpoint: https://10.0.0.1:6443\n  clusterName: tenant\n  network:\n    dnsDomain: cozy.local\n    podSubnets: [\"10.244.0.0/16\"]\n    serviceSubnets: [\"10.96.0.0/16\"]\n    cni:\n      name: none\n");
     c.push_str(&format!(
         "  token: {seed:06}.qrstuvwxyzabcdef\n  secretboxEncryptionSecret: c2VjcmV0Ym94\n"
@@ -219,7 +222,7 @@ fn machine(ns: &str, cluster: &str, md: &str, name: &str, node: &str) -> (Value,
 fn machine_deployment(ns: &str, cluster: &str, md: &str) -> Value {
     json!({"apiVersion":AV,"kind":"MachineDeployment","metadata":{"name":md,"namespace":ns,
         "annotations":{"sandbox-readiness.io/mirror":"true"}},
-        "spec":{"clusterName":cluster,"replicas":MACHINES_PER_MD,
+        "spec":{"clusterName":cluster,"replicas":per_md(),
         "selector":{"matchLabels":{"cluster.x-k8s.io/deployment-name":md}},
         "template":{"metadata":{"labels":{"cluster.x-k8s.io/deployment-name":md}},"spec":{"clusterName":cluster,
             "bootstrap":{"configRef":{"apiGroup":"bootstrap.cluster.x-k8s.io","kind":"TalosConfigTemplate","name":md}},
@@ -270,7 +273,7 @@ async fn world() -> World {
         for d in 0..MDS_PER_CLUSTER {
             let md = format!("{cluster}-md-{d}");
             mgmt.create(machine_deployment(&ns, &cluster, &md)).unwrap();
-            for i in 0..MACHINES_PER_MD {
+            for i in 0..per_md() {
                 let k = machines.len();
                 let name = format!("{md}-{i:03}");
                 let nname = format!("{md}-node-{i:03}");
@@ -293,6 +296,9 @@ async fn world() -> World {
                 node_bytes = node_bytes.max(n.to_string().len());
                 w.create(n).unwrap();
                 machines.push((ns.clone(), name, c, nname));
+                if machines.len() % 250 == 0 {
+                    eprintln!("scale: {} Machines seeded", machines.len());
+                }
             }
         }
     }
@@ -446,10 +452,18 @@ async fn run(qps: f64, rest: Duration, flips: usize) -> (Figures, f64, usize, us
     let pid = child.id();
     let start = Instant::now();
     let total = w.machines.len();
+    let mut said = Instant::now();
     let all_written = loop {
         let (n, other) = count_true(&w.mgmt);
         if n == total {
             break start.elapsed();
+        }
+        if said.elapsed() >= Duration::from_secs(5) {
+            said = Instant::now();
+            eprintln!(
+                "scale: {n} of {total} True after {:.0} s",
+                start.elapsed().as_secs_f64()
+            );
         }
         assert!(
             start.elapsed() < Duration::from_secs(300),
@@ -490,6 +504,10 @@ async fn run(qps: f64, rest: Duration, flips: usize) -> (Figures, f64, usize, us
     let before = writes(&w.mgmt);
     tokio::time::sleep(rest).await;
     let rest_writes = writes(&w.mgmt) - before;
+    eprintln!(
+        "scale: {rest_writes} writes over {} s at rest",
+        rest.as_secs()
+    );
 
     // Flips: one Node at a time goes False (then back True); the time
     // until its Machine says the same.
@@ -530,6 +548,7 @@ async fn run(qps: f64, rest: Duration, flips: usize) -> (Figures, f64, usize, us
             let _ = tokio::time::timeout(Duration::from_millis(50), rx.changed()).await;
         }
     }
+    eprintln!("scale: {} flips measured", lat.len());
     let hwm = vm_hwm_kib(pid).unwrap_or(0) as f64 / 1024.0;
     let _ = child.kill();
     let _ = child.wait();
@@ -576,11 +595,12 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    println!("| --kube-qps | all 1,000 written | target | peak RSS (VmHWM) | writes at rest | flip → Machine p50 / p99 / max (n) | server alone |");
+    println!("| --kube-qps | all {} written | target | peak RSS (VmHWM) | writes at rest | flip → Machine p50 / p99 / max (n) | server alone |", CLUSTERS * MDS_PER_CLUSTER * per_md());
     println!("|---|---|---|---|---|---|---|");
     for q in qps {
         let (f, rate, sb, nb) = rt.block_on(run(q, rest, flips));
-        let target = Duration::from_secs_f64(1000.0 / f.qps + 5.0);
+        let target =
+            Duration::from_secs_f64((CLUSTERS * MDS_PER_CLUSTER * per_md()) as f64 / f.qps + 5.0);
         println!(
             "| {} | {:.1} s | ≤ {:.0} s | {:.1} MiB | {} in {} s | {} / {} / {} ({}) | {:.0} status PATCH/s |",
             f.qps,
