@@ -154,7 +154,7 @@ async fn play_rollout(
             start.elapsed() < limit,
             "the rollout did not complete: {history:?} deleted {deleted:?}"
         );
-        let view = play_machine_controller(&env);
+        let view = play_machine_controller(env);
         let now = SystemTime::now();
         let available = |name: &str| {
             view.iter().any(|(n, since, del)| {
