@@ -100,13 +100,21 @@ fn play_machine_controller(env: &Env) -> Vec<(String, Option<SystemTime>, bool)>
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_rollout_waits_for_the_new_workers_verdict() {
-    let env = Env::start().await;
-    env.deployment("md-a", true, true, MIN_READY.as_secs() as u32);
-    // The old MachineSet: two Machines whose agents check no sysctl (their
-    // pool set none), True.
-    let mut machines: BTreeMap<String, &str> = BTreeMap::new(); // name → "old" | "new"
+/// What a played rollout saw.
+struct Played {
+    /// new Machine → its gate statuses in order (as polled).
+    history: HashMap<String, Vec<String>>,
+    deleted: Vec<(String, Duration)>,
+    first_true_after_raise: Option<Duration>,
+    /// From the limit raised to the rollout complete.
+    done: Duration,
+    /// From the rollout's start to the limit raised.
+    raised: Duration,
+}
+
+/// Creates the old MachineSet's Machines (True nodes) and waits for them to
+/// be written True, by whichever controller runs.
+async fn old_machine_set(env: &Env, machines: &mut BTreeMap<String, &'static str>) {
     for i in 1..=REPLICAS {
         let (m, n) = (format!("old-{i}"), format!("w-old-{i}"));
         env.node(&n);
@@ -120,28 +128,33 @@ async fn the_rollout_waits_for_the_new_workers_verdict() {
         env.set_node_ref(&m, &n);
         machines.insert(m, "old");
     }
-    let _ctl = env.controller(&["--stale-after", "15m"]);
-    for i in 1..=REPLICAS {
-        env.wait_status(&format!("old-{i}"), "True", Duration::from_secs(20))
-            .await;
-    }
+}
 
-    // The rollout: new template (11255). Played every 50 ms.
+/// The rollout to the new template (11255), played every 50 ms.
+/// `raise(elapsed)` says when new-1's limit is raised; `tick(elapsed)` runs
+/// every round (a test kills a replica there).
+async fn play_rollout(
+    env: &Env,
+    mut machines: BTreeMap<String, &'static str>,
+    limit: Duration,
+    mut raise: impl FnMut(Duration) -> bool,
+    mut tick: impl FnMut(Duration),
+) -> Played {
     let start = Instant::now();
     let mut next_new = 1;
     let mut provisioning: HashMap<String, Instant> = HashMap::new(); // new Machine → created at
     let mut history: HashMap<String, Vec<String>> = HashMap::new(); // new Machine → its statuses in order
     let mut deleted: Vec<(String, Duration)> = Vec::new();
     let mut raised_at: Option<Instant> = None;
+    let mut raised = Duration::ZERO;
     let mut first_true_after_raise: Option<Duration> = None;
-    let mut converged_at: Option<Instant> = None;
-    let limit = Duration::from_secs(90);
     loop {
+        tick(start.elapsed());
         assert!(
             start.elapsed() < limit,
             "the rollout did not complete: {history:?} deleted {deleted:?}"
         );
-        let view = play_machine_controller(&env);
+        let view = play_machine_controller(env);
         let now = SystemTime::now();
         let available = |name: &str| {
             view.iter().any(|(n, since, del)| {
@@ -222,10 +235,10 @@ async fn the_rollout_waits_for_the_new_workers_verdict() {
             }
         }
         // The limit raised on new-1's node after HOLD.
-        if raised_at.is_none() && start.elapsed() >= HOLD && env.status("new-1").is_some() {
+        if raised_at.is_none() && raise(start.elapsed()) && env.status("new-1").is_some() {
             env.agent_writes("w-new-1", "True", "Converged", &[SYSCTL]);
             raised_at = Some(Instant::now());
-            converged_at = Some(Instant::now());
+            raised = start.elapsed();
         } else if raised_at.is_none() && env.wl.get("v1", "Node", "", "w-new-1").is_some() {
             // The stuck agent keeps its heartbeat.
             env.agent_writes("w-new-1", "False", "SysctlMismatch", &[SYSCTL]);
@@ -252,7 +265,42 @@ async fn the_rollout_waits_for_the_new_workers_verdict() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let done = converged_at.unwrap().elapsed();
+    Played {
+        history,
+        deleted,
+        first_true_after_raise,
+        done: raised_at.unwrap().elapsed(),
+        raised,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rollout_waits_for_the_new_workers_verdict() {
+    let env = Env::start().await;
+    env.deployment("md-a", true, true, MIN_READY.as_secs() as u32);
+    // The old MachineSet: two Machines whose agents check no sysctl (their
+    // pool set none), True.
+    let mut machines: BTreeMap<String, &str> = BTreeMap::new(); // name → "old" | "new"
+    old_machine_set(&env, &mut machines).await;
+    let _ctl = env.controller(&["--stale-after", "15m"]);
+    for i in 1..=REPLICAS {
+        env.wait_status(&format!("old-{i}"), "True", Duration::from_secs(20))
+            .await;
+    }
+    let Played {
+        history,
+        deleted,
+        first_true_after_raise,
+        done,
+        ..
+    } = play_rollout(
+        &env,
+        machines,
+        Duration::from_secs(90),
+        |t| t >= HOLD,
+        |_| {},
+    )
+    .await;
     eprintln!(
         "rollout: held {:?}; new-1 True {:?} after the limit was raised; completed {:?} after; deleted {deleted:?}; history {history:?}",
         HOLD, first_true_after_raise, done
@@ -277,4 +325,237 @@ async fn the_rollout_waits_for_the_new_workers_verdict() {
         done < Duration::from_secs(10),
         "the rollout took {done:?} once converged"
     );
+}
+
+/// Every change of the Machines' gate condition and of the Lease's holder,
+/// in the store's order (its change log, read every round: no transition
+/// is missed between polls).
+#[derive(Default)]
+struct Recorder {
+    rv: u64,
+    /// (resourceVersion, holderIdentity) at each Lease change.
+    holders: Vec<(u64, String)>,
+    /// Machine → each (status, reason, message) its gate condition took.
+    conds: BTreeMap<String, Vec<(String, String, String)>>,
+}
+
+impl Recorder {
+    fn drain(&mut self, srv: &test_api::TestApiServer) {
+        let changes = srv
+            .with_store(|s| s.changes_since(self.rv))
+            .expect("the change log was compacted under the recorder");
+        for c in changes {
+            self.rv = c.rv;
+            if c.key.plural == "leases" && c.key.namespace == DEPLOY_NS {
+                let h = c.obj["spec"]["holderIdentity"].as_str().unwrap_or("");
+                self.holders.push((c.rv, h.to_string()));
+            } else if c.key.plural == "machines" && c.key.namespace == NS {
+                if let Some((s, r, m, _)) = condition_of(&c.obj, TY) {
+                    let seq = self.conds.entry(c.key.name.clone()).or_default();
+                    if seq.last() != Some(&(s.clone(), r.clone(), m.clone())) {
+                        seq.push((s, r, m));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Who held the Lease at `rv`.
+    fn holder_at(&self, rv: u64) -> Option<&str> {
+        self.holders
+            .iter()
+            .rev()
+            .find(|(at, _)| *at <= rv)
+            .map(|(_, h)| h.as_str())
+            .filter(|h| !h.is_empty())
+    }
+
+    fn holder(&self) -> Option<&str> {
+        self.holder_at(u64::MAX)
+    }
+}
+
+/// The same rollout with two replicas under the RBAC deploy/ renders (the
+/// ClusterRole, Role and bindings loaded into the management server, each
+/// replica with its own token for the ServiceAccount the bindings name),
+/// the leader SIGKILLed while new-1 is held and the limit raised while no
+/// one leads: one writer at a time (by the request log and the Lease's
+/// history in the store), the standby leading within 20 s, one write per
+/// change of a condition, and no condition leaving True.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_under_deploys_rbac_hold_the_rollout_through_a_failover() {
+    use std::cell::{Cell, RefCell};
+    const TOKENS: [(&str, &str); 2] = [("sa-token-a", "ctl-a"), ("sa-token-b", "ctl-b")];
+    let env = Env::start_rbac(&[TOKENS[0].0, TOKENS[1].0]).await;
+    let pod_of = |cred: &str| {
+        TOKENS
+            .iter()
+            .find(|(t, _)| test_api::token_credential(t) == cred)
+            .map(|(_, p)| *p)
+    };
+    env.deployment("md-a", true, true, MIN_READY.as_secs() as u32);
+    let mut machines: BTreeMap<String, &str> = BTreeMap::new();
+    old_machine_set(&env, &mut machines).await;
+    let rec = RefCell::new(Recorder::default());
+    let replicas = RefCell::new(vec![
+        Some(env.replica(TOKENS[0].0, TOKENS[0].1, &["--stale-after", "15m"])),
+        None,
+    ]);
+    let t0 = Instant::now();
+    while rec.borrow().holder() != Some("ctl-a") {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "ctl-a does not lead"
+        );
+        rec.borrow_mut().drain(&env.mgmt);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    replicas.borrow_mut()[1] =
+        Some(env.replica(TOKENS[1].0, TOKENS[1].1, &["--stale-after", "15m"]));
+    for i in 1..=REPLICAS {
+        env.wait_status(&format!("old-{i}"), "True", Duration::from_secs(20))
+            .await;
+    }
+
+    // SIGKILL of the leader once new-1 is held False; the limit raised 3 s
+    // later, with no leader: the new one has that change to write.
+    let killed: Cell<Option<(Duration, Instant, &str)>> = Cell::new(None);
+    let took_over: Cell<Option<Duration>> = Cell::new(None);
+    let played = play_rollout(
+        &env,
+        machines,
+        Duration::from_secs(90),
+        |_| {
+            killed
+                .get()
+                .is_some_and(|(_, at, _)| at.elapsed() >= Duration::from_secs(3))
+        },
+        |t| {
+            let mut r = rec.borrow_mut();
+            r.drain(&env.mgmt);
+            match killed.get() {
+                None if t >= Duration::from_secs(5)
+                    && env.status("new-1").as_deref() == Some("False") =>
+                {
+                    let leader = r.holder().unwrap().to_string();
+                    let i = TOKENS.iter().position(|(_, p)| *p == leader).unwrap();
+                    replicas.borrow_mut()[i].take().unwrap().kill(); // Child::kill is SIGKILL
+                    let other = TOKENS[1 - i].1;
+                    killed.set(Some((t, Instant::now(), other)));
+                }
+                Some((_, at, other)) if took_over.get().is_none() => {
+                    if r.holder() == Some(other) {
+                        took_over.set(Some(at.elapsed()));
+                    }
+                    assert!(
+                        at.elapsed() < Duration::from_secs(20),
+                        "{other} did not take over within 20 s of the SIGKILL"
+                    );
+                }
+                _ => {}
+            }
+        },
+    )
+    .await;
+    // Settle: anything still to be written lands, and nothing more.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut rec = rec.into_inner();
+    rec.drain(&env.mgmt);
+    let (killed_at, _, successor) = killed.get().expect("the leader was never killed");
+    let failover = took_over.get().expect("no takeover");
+    eprintln!(
+        "two replicas: leader SIGKILLed at {killed_at:?} into the rollout, {successor} leading {:.1} s later; limit raised at {:?}; \
+         completed {:?} after; conditions {:?}",
+        failover.as_secs_f64(),
+        played.raised,
+        played.done,
+        rec.conds
+    );
+    assert!(
+        failover <= Duration::from_secs(20),
+        "failover took {failover:?}"
+    );
+
+    // One writer at a time: every Machine status write came from the
+    // replica that held the Lease when the server answered it.
+    let reqs = env.mgmt.requests();
+    let denied: Vec<String> = reqs
+        .iter()
+        .filter(|r| r.user.as_deref() == Some(SA_USER) && r.status == 403)
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(
+        denied.is_empty(),
+        "deploy/ does not grant what the controller needs: {denied:?}"
+    );
+    let writes: Vec<(&str, String, u64, u16)> = reqs
+        .iter()
+        .filter(|r| {
+            matches!(r.method.as_str(), "PATCH" | "PUT")
+                && r.path.contains("/machines/")
+                && r.path.ends_with("/status")
+        })
+        .map(|r| {
+            assert_eq!(r.user.as_deref(), Some(SA_USER), "{r:?}");
+            let pod = pod_of(r.credential.as_deref().unwrap_or("")).unwrap();
+            let name = r
+                .path
+                .trim_end_matches("/status")
+                .rsplit('/')
+                .next()
+                .unwrap();
+            (pod, name.to_string(), r.rv, r.status)
+        })
+        .collect();
+    for (pod, name, rv, _) in &writes {
+        assert_eq!(
+            rec.holder_at(*rv),
+            Some(*pod),
+            "{pod} wrote {name} while not holding the Lease (rv {rv}); writes {writes:?}; holders {:?}",
+            rec.holders
+        );
+    }
+    let by = |p: &str| writes.iter().filter(|w| w.0 == p).count();
+    assert!(by("ctl-a") > 0 && by(successor) > 0, "{writes:?}");
+    assert!(
+        writes.iter().any(|w| w.0 == successor && w.1 == "new-1"),
+        "the new leader did not write new-1's change: {writes:?}"
+    );
+
+    // One write per change: each accepted status write is one change of the
+    // gate condition, no more (the change log holds every change).
+    for (m, seq) in &rec.conds {
+        let n = writes.iter().filter(|w| &w.1 == m && w.3 == 200).count();
+        assert_eq!(
+            n,
+            seq.len(),
+            "{m}: {n} writes for the changes {seq:?}: {writes:?}"
+        );
+    }
+    // No flapping: no Machine's condition left True once True (the old
+    // ones stay True to their deletion, the new ones go Unknown → False →
+    // True or Unknown → True).
+    for (m, seq) in &rec.conds {
+        let statuses: Vec<&str> = seq.iter().map(|c| c.0.as_str()).collect();
+        if let Some(first_true) = statuses.iter().position(|s| *s == "True") {
+            assert!(
+                statuses[first_true..].iter().all(|s| *s == "True"),
+                "{m} flapped: {statuses:?}"
+            );
+        }
+        assert_eq!(statuses.last(), Some(&"True"), "{m}: {seq:?}");
+    }
+    assert_eq!(
+        rec.conds["new-1"]
+            .iter()
+            .map(|c| c.0.as_str())
+            .collect::<Vec<_>>(),
+        ["Unknown", "False", "True"]
+    );
+    assert!(
+        played.deleted.iter().all(|(_, at)| *at >= played.raised),
+        "{:?}",
+        played.deleted
+    );
+    assert_eq!(played.deleted.len(), REPLICAS);
 }

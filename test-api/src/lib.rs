@@ -26,7 +26,7 @@ pub use authz::{admit_node_restriction, authorize, Decision, Rbac};
 pub use faults::{Faults, Scripted};
 pub use identity::{Attributes, NodeAuthzMode, Op, User};
 pub use schema::{CrdSet, Invalid};
-pub use server::{Builder, RequestRecord, ServerError, TestApiServer};
+pub use server::{token_credential, Builder, RequestRecord, ServerError, TestApiServer};
 pub use status::ApiError;
 pub use store::Store;
 pub use tls::ClientCert;

@@ -66,7 +66,24 @@ pub struct RequestRecord {
     pub content_type: Option<String>,
     /// The authenticated user (None when authentication failed or a script answered first).
     pub user: Option<String>,
+    /// Which credential of that user was presented, as kube-apiserver's
+    /// audit log tells pods of one ServiceAccount apart
+    /// (`authentication.kubernetes.io/credential-id`): `token:<hash>` (see
+    /// [`token_credential`]) or `x509:<serial>`; None without a credential.
+    pub credential: Option<String>,
+    /// The store's resourceVersion when the reply was made: every change
+    /// this request made is at or before it.
+    pub rv: u64,
     pub status: u16,
+}
+
+/// The credential id a request with bearer `token` is recorded under: a
+/// hash, so the log does not hold the token.
+pub fn token_credential(token: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    token.hash(&mut h);
+    format!("token:{:016x}", h.finish())
 }
 
 type HookFn = Box<dyn FnMut(&mut Store) + Send>;
@@ -259,13 +276,22 @@ async fn handle(
     let content_type = header(&req, http::header::CONTENT_TYPE).map(str::to_string);
     let accept = header(&req, http::header::ACCEPT).map(str::to_string);
     let authorization = header(&req, http::header::AUTHORIZATION).map(str::to_string);
+    // The certificate wins over a token, as in `authn::authenticate`.
+    let credential = match (&peer, authn::bearer(authorization.as_deref())) {
+        (Some(p), _) => Some(format!("x509:{}", p.serial)),
+        (None, Some(t)) => Some(token_credential(t)),
+        (None, None) => None,
+    };
     let record = |user: Option<&User>, status: u16| {
+        let rv = lock(&inner.store).resource_version();
         guard(&inner.log).push(RequestRecord {
             method: method.clone(),
             path: path.clone(),
             query: query.clone(),
             content_type: content_type.clone(),
             user: user.map(|u| u.name.clone()),
+            credential: credential.clone(),
+            rv,
             status,
         });
     };

@@ -16,6 +16,45 @@ use std::{
 use serde_json::{json, Value};
 use test_api::{TestApiServer, User};
 
+/// The namespace and ServiceAccount deploy/ runs the controller as.
+pub const DEPLOY_NS: &str = "sandbox-readiness-system";
+pub const SA_USER: &str =
+    "system:serviceaccount:sandbox-readiness-system:sandbox-readiness-controller";
+pub const SA_GROUPS: &[&str] = &[
+    "system:serviceaccounts",
+    "system:serviceaccounts:sandbox-readiness-system",
+];
+
+/// `kubectl kustomize deploy/`, one JSON value per rendered object.
+pub fn rendered() -> Vec<Value> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl kustomize: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.split("\n---\n")
+        .map(|d| serde_yaml_ng::from_str::<Value>(d).unwrap())
+        .collect()
+}
+
+/// The rendered ClusterRole, Role and their bindings, as YAML for the test
+/// API server's RBAC.
+pub fn rbac_yaml() -> String {
+    rendered()
+        .into_iter()
+        .filter(|d| d["kind"].as_str().unwrap().contains("Role"))
+        .map(|d| serde_yaml_ng::to_string(&d).unwrap())
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
 pub const ADMIN: &str = "admin-token";
 pub const NS: &str = "tenant-a";
 pub const CLUSTER: &str = "c1";
@@ -52,6 +91,58 @@ pub struct Env {
 }
 
 impl Env {
+    /// As [`Env::start`], but the management server enforces the RBAC
+    /// deploy/ renders, and each of `sa_tokens` authenticates as the
+    /// ServiceAccount its binding names (one token per replica, as each
+    /// pod has its own projected token). `mgmt_kubeconfig` is the first's.
+    pub async fn start_rbac(sa_tokens: &[&str]) -> Env {
+        let mut b = TestApiServer::builder()
+            .token(ADMIN, User::new("admin", &["system:masters"]))
+            .capi_served_versions(&["v1beta2", "v1beta1"])
+            .rbac_yaml(&rbac_yaml());
+        for t in sa_tokens {
+            b = b.token(t, User::new(SA_USER, SA_GROUPS));
+        }
+        let mgmt = b.start().await.unwrap();
+        let wl = server(&["v1beta2"]).await;
+        let dir = tempfile::tempdir().unwrap();
+        for t in sa_tokens {
+            std::fs::write(
+                dir.path().join(format!("{t}.kubeconfig")),
+                mgmt.kubeconfig_token(t),
+            )
+            .unwrap();
+        }
+        let mgmt_kubeconfig = dir.path().join(format!("{}.kubeconfig", sa_tokens[0]));
+        for ns in [NS, DEPLOY_NS] {
+            mgmt.create(json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":ns}}))
+                .unwrap();
+        }
+        mgmt.create(cluster(CLUSTER)).unwrap();
+        mgmt.create(kubeconfig_secret(CLUSTER, &wl.kubeconfig_token(ADMIN)))
+            .unwrap();
+        Env {
+            mgmt,
+            wl,
+            dir,
+            mgmt_kubeconfig,
+        }
+    }
+
+    /// A replica under deploy/'s RBAC: token `sa_token` (given to
+    /// [`Env::start_rbac`]), leader election in deploy/'s namespace, Lease
+    /// identity `pod` (the Deployment sets POD_NAME from the pod's name).
+    pub fn replica(&self, sa_token: &str, pod: &str, extra: &[&str]) -> Controller {
+        let kc = self.dir.path().join(format!("{sa_token}.kubeconfig"));
+        let mut args = vec![
+            "--leader-elect=true",
+            "--leader-elect-resource-namespace",
+            DEPLOY_NS,
+        ];
+        args.extend_from_slice(extra);
+        Controller::spawn_env(&kc, &args, &[("POD_NAME", pod)])
+    }
+
     /// Management (v1beta2) and workload servers, the Cluster, its
     /// kubeconfig Secret (the workload's admin token, inline).
     pub async fn start() -> Env {
@@ -294,10 +385,19 @@ pub struct Controller {
 
 impl Controller {
     pub fn spawn(kubeconfig: &std::path::Path, extra: &[&str]) -> Controller {
+        Controller::spawn_env(kubeconfig, extra, &[])
+    }
+
+    pub fn spawn_env(
+        kubeconfig: &std::path::Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Controller {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sandbox-readiness-controller"))
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .args(extra)
+            .envs(env.iter().copied())
             .env("SANDBOX_READINESS_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -1,0 +1,625 @@
+//! The controller at the scale of a real management cluster (issue 23's
+//! bench): 1,000 Machines in 10 MachineDeployments across 2 workload
+//! clusters (test API servers), each Machine with its Node (kubelet-shaped,
+//! full status) and the agent's condition written, and a bootstrap-data
+//! Secret of a Cozystack-sized machine config (tens of KB).
+//!
+//! Measured, per `--kube-qps`: time from the controller's start to all
+//! 1,000 Machine conditions written; peak RSS (VmHWM); writes over a rest
+//! period; and the latency of one Node condition flip to its Machine
+//! (p50/p99/max over the flips), plus what the test API server itself
+//! sustains, so a slow server is seen as such.
+//!
+//! `cargo bench -p sandbox-readiness-controller --bench scale` (release
+//! build of the controller). Knobs (environment): `SCALE_QPS` (default
+//! `50,200`), `SCALE_REST_SECS` (60), `SCALE_FLIPS` (120).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant, SystemTime},
+};
+
+use serde_json::{json, Value};
+use test_api::{TestApiServer, User};
+
+const ADMIN: &str = "admin-token";
+const CTL: &str = "controller-token";
+const CTL_USER: &str = "sandbox-readiness-controller";
+const TY: &str = "sandbox-readiness.io/SandboxReady";
+const AV: &str = "cluster.x-k8s.io/v1beta2";
+const CLUSTERS: usize = 2;
+const MDS_PER_CLUSTER: usize = 5;
+/// Machines per MachineDeployment: 100 (1,000 in all); `SCALE_PER_MD`
+/// makes a smaller world for a quick look.
+fn per_md() -> usize {
+    std::env::var("SCALE_PER_MD")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100)
+}
+const SYSCTL: (&str, &str) = ("user.max_user_namespaces", "11255");
+
+fn b64(s: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+fn ts(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+fn now() -> String {
+    ts(SystemTime::now())
+}
+
+/// A PEM-looking block of `n` base64 lines (certificates and keys are most
+/// of a real machine config's bytes).
+fn pem(kind: &str, seed: usize, lines: usize) -> String {
+    let mut s = format!("-----BEGIN {kind}-----\n");
+    for i in 0..lines {
+        let line: String = (0..64)
+            .map(|j| {
+                let c = (seed * 31 + i * 7 + j * 13) % 62;
+                (match c {
+                    0..=25 => b'A' + c as u8,
+                    26..=51 => b'a' + (c - 26) as u8,
+                    _ => b'0' + (c - 52) as u8,
+                }) as char
+            })
+            .collect();
+        s.push_str(&line);
+        s.push('\n');
+    }
+    s.push_str(&format!("-----END {kind}-----\n"));
+    s
+}
+
+fn indent(text: &str, by: usize) -> String {
+    let pad = " ".repeat(by);
+    text.lines()
+        .map(|l| format!("{pad}{l}\n"))
+        .collect::<String>()
+}
+
+/// A Talos worker machine config as CABPT writes it for a Cozystack pool:
+/// PKI, kubelet and containerd settings, registry mirrors, files, the
+/// pool's sysctls, and the cluster section with its CA and secrets.
+fn machine_config(seed: usize) -> String {
+    let mut c =
+        String::from("version: v1alpha1\ndebug: false\npersist: true\nmachine:\n  type: worker\n");
+    c.push_str(&format!("  token: {seed:06}.abcdefghijklmnop\n"));
+    c.push_str("  ca:\n    crt: |\n");
+    c.push_str(&indent(&pem("CERTIFICATE", seed, 18), 6));
+    c.push_str("    key: \"\"\n  certSANs: []\n");
+    c.push_str("  kubelet:\n    image: ghcr.io/siderolabs/kubelet:v1.32.4\n    defaultRuntimeSeccompProfileEnabled: true\n    disableManifestsDirectory: true\n    extraArgs:\n      rotate-server-certificates: \"true\"\n      max-pods: \"512\"\n    extraConfig:\n      maxParallelImagePulls: 5\n      serializeImagePulls: false\n    nodeIP:\n      validSubnets: [\"10.0.0.0/8\"]\n");
+    c.push_str("  network:\n    interfaces:\n      - interface: eth0\n        dhcp: true\n        vip: null\n    nameservers: [\"1.1.1.1\", \"8.8.8.8\"]\n");
+    c.push_str("  install:\n    disk: /dev/sda\n    image: ghcr.io/cozystack/cozystack/talos:v1.10.3\n    wipe: false\n");
+    c.push_str("  registries:\n    mirrors:\n");
+    for r in [
+        "docker.io",
+        "ghcr.io",
+        "quay.io",
+        "registry.k8s.io",
+        "gcr.io",
+    ] {
+        c.push_str(&format!(
+            "      {r}:\n        endpoints: [\"https://mirror.example.internal/{r}\"]\n"
+        ));
+    }
+    c.push_str("  files:\n");
+    for (i, path) in [
+        "/etc/cri/conf.d/20-customization.part",
+        "/etc/cri/conf.d/30-runsc.part",
+        "/etc/lvm/lvm.conf",
+        "/var/etc/drbd.d/global_common.conf",
+    ]
+    .iter()
+    .enumerate()
+    {
+        c.push_str(&format!(
+            "    - op: create\n      path: {path}\n      permissions: 0o644\n      content: |\n"
+        ));
+        for l in 0..60 {
+            c.push_str(&format!(
+                "        # setting {i}.{l}: plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.runsc.options.value_{l} = {seed}\n"
+            ));
+        }
+    }
+    c.push_str(&format!("  sysctls:\n    {}: \"{}\"\n", SYSCTL.0, SYSCTL.1));
+    c.push_str("cluster:\n  id: Zm9vYmFyYmF6\n  secret: c2VjcmV0LXNlY3JldA==\n  controlPlane:\n    endpoint: https://10.0.0.1:6443\n  clusterName: tenant\n  network:\n    dnsDomain: cozy.local\n    podSubnets: [\"10.244.0.0/16\"]\n    serviceSubnets: [\"10.96.0.0/16\"]\n    cni:\n      name: none\n");
+    c.push_str(&format!(
+        "  token: {seed:06}.qrstuvwxyzabcdef\n  secretboxEncryptionSecret: c2VjcmV0Ym94\n"
+    ));
+    for k in ["ca", "aggregatorCA", "serviceAccount"] {
+        c.push_str(&format!("  {k}:\n    crt: |\n"));
+        c.push_str(&indent(&pem("CERTIFICATE", seed + k.len(), 18), 6));
+        c.push_str("    key: |\n");
+        c.push_str(&indent(&pem("EC PRIVATE KEY", seed + 2 * k.len(), 4), 6));
+    }
+    c.push_str("  discovery:\n    enabled: true\n    registries:\n      kubernetes:\n        disabled: true\n      service: {}\n");
+    c
+}
+
+/// A Node as kubelet writes it (labels, annotations, addresses, capacity,
+/// conditions, images, nodeInfo, runtime handlers), with the agent's
+/// condition and desired-state annotation.
+fn node(name: &str, i: usize, status: &str, reason: &str) -> Value {
+    let t = now();
+    let images: Vec<Value> = (0..40)
+        .map(|k| {
+            json!({"names":[format!("ghcr.io/cozystack/cozystack/image-{k}@sha256:{:064x}", k * 7919 + i),
+                             format!("ghcr.io/cozystack/cozystack/image-{k}:v0.{k}.{i}")],
+                   "sizeBytes": 10_000_000 + k * 1_234_567})
+        })
+        .collect();
+    let cond = |ty: &str, st: &str, r: &str, m: &str| json!({"type":ty,"status":st,"reason":r,"message":m,"lastHeartbeatTime":t,"lastTransitionTime":t});
+    json!({"apiVersion":"v1","kind":"Node","metadata":{"name":name,
+        "labels":{"beta.kubernetes.io/arch":"amd64","beta.kubernetes.io/os":"linux","kubernetes.io/arch":"amd64",
+            "kubernetes.io/hostname":name,"kubernetes.io/os":"linux","node.kubernetes.io/instance-type":"u1.xlarge",
+            "topology.kubernetes.io/zone":format!("zone-{}", i % 3),"topology.kubernetes.io/region":"r1",
+            "sandbox-readiness.io/runsc":"true"},
+        "annotations":{"node.alpha.kubernetes.io/ttl":"0","volumes.kubernetes.io/controller-managed-attach-detach":"true",
+            "cluster.x-k8s.io/cluster-name":"tenant","cluster.x-k8s.io/machine":name,
+            "sandbox-readiness.io/desired":json!({"v":1,"sysctls":{SYSCTL.0:SYSCTL.1}}).to_string()}},
+        "spec":{"podCIDR":format!("10.244.{}.0/24", i % 250),"podCIDRs":[format!("10.244.{}.0/24", i % 250)],
+            "providerID":format!("kubevirt://{name}")},
+        "status":{
+            "addresses":[{"type":"InternalIP","address":format!("10.1.{}.{}", i / 250, i % 250)},{"type":"Hostname","address":name}],
+            "allocatable":{"cpu":"3950m","ephemeral-storage":"94998384074","hugepages-2Mi":"0","memory":"15850036Ki","pods":"512"},
+            "capacity":{"cpu":"4","ephemeral-storage":"102626232Ki","hugepages-2Mi":"0","memory":"16388660Ki","pods":"512"},
+            "conditions":[
+                cond("MemoryPressure","False","KubeletHasSufficientMemory","kubelet has sufficient memory available"),
+                cond("DiskPressure","False","KubeletHasNoDiskPressure","kubelet has no disk pressure"),
+                cond("PIDPressure","False","KubeletHasSufficientPID","kubelet has sufficient PID available"),
+                cond("Ready","True","KubeletReady","kubelet is posting ready status"),
+                cond(TY,status,reason,&format!("the agent says {reason}")),
+            ],
+            "daemonEndpoints":{"kubeletEndpoint":{"Port":10250}},
+            "images":images,
+            "nodeInfo":{"architecture":"amd64","bootID":format!("{i:08}-0000-4000-8000-000000000000"),
+                "containerRuntimeVersion":"containerd://2.0.5","kernelVersion":"6.12.25-talos",
+                "kubeProxyVersion":"","kubeletVersion":"v1.32.4","machineID":format!("{i:032x}"),
+                "operatingSystem":"linux","osImage":"Talos (v1.10.3)","systemUUID":format!("{i:08}-1111-4111-8111-111111111111")},
+            "runtimeHandlers":[{"name":"runsc","features":{"recursiveReadOnlyMounts":true,"userNamespaces":true}},
+                {"name":"runc","features":{"recursiveReadOnlyMounts":true,"userNamespaces":true}},
+                {"name":"","features":{"recursiveReadOnlyMounts":true,"userNamespaces":true}}]}})
+}
+
+/// A Machine of a MachineDeployment, as Cluster API v1beta2 has it once
+/// provisioned (labels, owner, finalizer, spec, status with nodeRef and
+/// the Machine controller's conditions).
+fn machine(ns: &str, cluster: &str, md: &str, name: &str, node: &str) -> (Value, Value) {
+    let t = now();
+    let spec = json!({"clusterName":cluster,
+        "bootstrap":{"configRef":{"apiGroup":"bootstrap.cluster.x-k8s.io","kind":"TalosConfig","name":name},
+                     "dataSecretName":format!("{name}-boot")},
+        "infrastructureRef":{"apiGroup":"infrastructure.cluster.x-k8s.io","kind":"KubevirtMachine","name":name},
+        "version":"v1.32.4","providerID":format!("kubevirt://{node}"),
+        "readinessGates":[{"conditionType":TY}]});
+    let obj = json!({"apiVersion":AV,"kind":"Machine","metadata":{"name":name,"namespace":ns,
+        "labels":{"cluster.x-k8s.io/cluster-name":cluster,"cluster.x-k8s.io/deployment-name":md,
+            "cluster.x-k8s.io/set-name":format!("{md}-7d9f8c6b5"),"machine-template-hash":"3859472610"},
+        "annotations":{"controlplane.cluster.x-k8s.io/kubeadm-cluster-configuration":"{}"},
+        "finalizers":["machine.cluster.x-k8s.io"],
+        "ownerReferences":[{"apiVersion":AV,"kind":"MachineSet","name":format!("{md}-7d9f8c6b5"),
+            "uid":"5f0c1a43-1b2c-4d5e-8f90-123456789abc","controller":true,"blockOwnerDeletion":true}]},
+        "spec":spec});
+    let c = |ty: &str, st: &str, r: &str| json!({"type":ty,"status":st,"reason":r,"message":"","lastTransitionTime":t,"observedGeneration":1});
+    let status = json!({"nodeRef":{"name":node},
+        "addresses":[{"type":"InternalIP","address":"10.1.0.1"},{"type":"Hostname","address":node}],
+        "phase":"Running","observedGeneration":1,"lastUpdated":t,
+        "initialization":{"bootstrapDataSecretCreated":true,"infrastructureProvisioned":true},
+        "nodeInfo":{"architecture":"amd64","bootID":"b","containerRuntimeVersion":"containerd://2.0.5","kernelVersion":"6.12.25-talos",
+            "kubeProxyVersion":"","kubeletVersion":"v1.32.4","machineID":"m","operatingSystem":"linux","osImage":"Talos (v1.10.3)","systemUUID":"u"},
+        "conditions":[c("Available","False","NotAvailable"),c("Ready","False","NotReady"),c("BootstrapConfigReady","True","Ready"),
+            c("InfrastructureReady","True","Ready"),c("NodeHealthy","True","NodeHealthy"),c("NodeReady","True","NodeReady"),
+            c("Deleting","False","NotDeleting"),c("Paused","False","NotPaused"),c("UpToDate","True","UpToDate")]});
+    (obj, status)
+}
+
+fn machine_deployment(ns: &str, cluster: &str, md: &str) -> Value {
+    json!({"apiVersion":AV,"kind":"MachineDeployment","metadata":{"name":md,"namespace":ns,
+        "annotations":{"sandbox-readiness.io/mirror":"true"}},
+        "spec":{"clusterName":cluster,"replicas":per_md(),
+        "selector":{"matchLabels":{"cluster.x-k8s.io/deployment-name":md}},
+        "template":{"metadata":{"labels":{"cluster.x-k8s.io/deployment-name":md}},"spec":{"clusterName":cluster,
+            "bootstrap":{"configRef":{"apiGroup":"bootstrap.cluster.x-k8s.io","kind":"TalosConfigTemplate","name":md}},
+            "infrastructureRef":{"apiGroup":"infrastructure.cluster.x-k8s.io","kind":"KubevirtMachineTemplate","name":md},
+            "version":"v1.32.4","readinessGates":[{"conditionType":TY}]}}}})
+}
+
+async fn server(versions: &[&str]) -> TestApiServer {
+    TestApiServer::builder()
+        .token(ADMIN, User::new("admin", &["system:masters"]))
+        .token(CTL, User::new(CTL_USER, &["system:masters"]))
+        .capi_served_versions(versions)
+        .start()
+        .await
+        .unwrap()
+}
+
+struct World {
+    mgmt: TestApiServer,
+    wl: Vec<TestApiServer>,
+    /// (namespace, machine, workload index, node)
+    machines: Vec<(String, String, usize, String)>,
+    dir: tempfile::TempDir,
+    secret_bytes: usize,
+    node_bytes: usize,
+}
+
+async fn world() -> World {
+    let mgmt = server(&["v1beta2", "v1beta1"]).await;
+    let mut wl = Vec::new();
+    for _ in 0..CLUSTERS {
+        wl.push(server(&["v1beta2"]).await);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut machines = Vec::new();
+    let (mut secret_bytes, mut node_bytes) = (0, 0);
+    for (c, w) in wl.iter().enumerate() {
+        let ns = format!("tenant-{c}");
+        let cluster = format!("c{c}");
+        mgmt.create(json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":ns}}))
+            .unwrap();
+        mgmt.create(json!({"apiVersion":AV,"kind":"Cluster","metadata":{"name":cluster,"namespace":ns},"spec":{}}))
+            .unwrap();
+        mgmt.create(json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":format!("{cluster}-kubeconfig"),"namespace":ns,
+            "labels":{"cluster.x-k8s.io/cluster-name":cluster}},"type":"cluster.x-k8s.io/secret",
+            "data":{"value":b64(&w.kubeconfig_token(ADMIN))}}))
+            .unwrap();
+        for d in 0..MDS_PER_CLUSTER {
+            let md = format!("{cluster}-md-{d}");
+            mgmt.create(machine_deployment(&ns, &cluster, &md)).unwrap();
+            for i in 0..per_md() {
+                let k = machines.len();
+                let name = format!("{md}-{i:03}");
+                let nname = format!("{md}-node-{i:03}");
+                let cfg = machine_config(k);
+                secret_bytes = secret_bytes.max(cfg.len());
+                mgmt.create(json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":format!("{name}-boot"),"namespace":ns,
+                    "labels":{"cluster.x-k8s.io/cluster-name":cluster}},"type":"cluster.x-k8s.io/secret",
+                    "data":{"value":b64(&cfg),"format":b64("cloud-config")}}))
+                    .unwrap();
+                let (obj, status) = machine(&ns, &cluster, &md, &name, &nname);
+                mgmt.create(obj).unwrap();
+                let mut m = mgmt.get(AV, "Machine", &ns, &name).unwrap();
+                m["status"] = status;
+                m["metadata"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("resourceVersion");
+                mgmt.put(m).unwrap();
+                let n = node(&nname, k, "True", "Converged");
+                node_bytes = node_bytes.max(n.to_string().len());
+                w.create(n).unwrap();
+                machines.push((ns.clone(), name, c, nname));
+                if machines.len() % 250 == 0 {
+                    eprintln!("scale: {} Machines seeded", machines.len());
+                }
+            }
+        }
+    }
+    World {
+        mgmt,
+        wl,
+        machines,
+        dir,
+        secret_bytes,
+        node_bytes,
+    }
+}
+
+/// The Machine's gate condition status and reason.
+fn gate(m: &Value) -> Option<(String, String)> {
+    m["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == TY)
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or("").to_string(),
+                c["reason"].as_str().unwrap_or("").to_string(),
+            )
+        })
+}
+
+fn count_true(mgmt: &TestApiServer) -> (usize, Vec<(String, String)>) {
+    mgmt.with_store(|s| {
+        let mut n = 0;
+        let mut other = Vec::new();
+        for m in s.list(AV, "Machine") {
+            match gate(&m) {
+                Some((st, _)) if st == "True" => n += 1,
+                Some(g) => other.push(g),
+                None => {}
+            }
+        }
+        (n, other)
+    })
+}
+
+fn vm_hwm_kib(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let l = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    l.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn writes(srv: &TestApiServer) -> usize {
+    srv.requests()
+        .iter()
+        .filter(|r| {
+            r.user.as_deref() == Some(CTL_USER)
+                && matches!(r.method.as_str(), "PATCH" | "PUT" | "POST" | "DELETE")
+        })
+        .count()
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// What the test API server sustains: Machine status merge patches from
+/// one client (kube-rs, as the controller sends them), 8 at a time.
+async fn server_rate(w: &World) -> f64 {
+    use kube::api::{Api, DynamicObject, Patch, PatchParams};
+    use kube::discovery::ApiResource;
+    let kc = w.dir.path().join("admin.kubeconfig");
+    std::fs::write(&kc, w.mgmt.kubeconfig_token(ADMIN)).unwrap();
+    let cfg = kube::config::Kubeconfig::read_from(&kc).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(cfg, &Default::default())
+        .await
+        .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let ar = ApiResource {
+        group: "cluster.x-k8s.io".into(),
+        version: "v1beta2".into(),
+        api_version: AV.into(),
+        kind: "Machine".into(),
+        plural: "machines".into(),
+    };
+    let n = 2000;
+    let start = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for t in 0..8 {
+        let client = client.clone();
+        let ar = ar.clone();
+        let ms: Vec<(String, String)> = w
+            .machines
+            .iter()
+            .skip(t)
+            .step_by(8)
+            .map(|(ns, m, _, _)| (ns.clone(), m.clone()))
+            .collect();
+        set.spawn(async move {
+            for k in 0..n / 8 {
+                let (ns, m) = &ms[k % ms.len()];
+                let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+                let p = json!({"status":{"lastUpdated":now()}});
+                api.patch_status(m, &PatchParams::default(), &Patch::Merge(&p))
+                    .await
+                    .unwrap();
+            }
+        });
+    }
+    while set.join_next().await.is_some() {}
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+struct Figures {
+    qps: f64,
+    all_written: Duration,
+    mgmt_requests: Vec<(String, usize)>,
+    hwm_mib: f64,
+    rest_writes: usize,
+    rest_secs: u64,
+    flips: Vec<Duration>,
+}
+
+fn spawn(w: &World, qps: f64) -> Child {
+    let kc = w.dir.path().join("ctl.kubeconfig");
+    std::fs::write(&kc, w.mgmt.kubeconfig_token(CTL)).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_sandbox-readiness-controller"))
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .args(["--kube-qps", &qps.to_string()])
+        .env("SANDBOX_READINESS_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap()
+}
+
+async fn run(qps: f64, rest: Duration, flips: usize) -> (Figures, f64, usize, usize) {
+    let t = Instant::now();
+    let w = world().await;
+    eprintln!(
+        "scale: {} Machines, {} Nodes seeded in {:.1} s (bootstrap config {} B, Node {} B of JSON)",
+        w.machines.len(),
+        w.machines.len(),
+        t.elapsed().as_secs_f64(),
+        w.secret_bytes,
+        w.node_bytes
+    );
+    let mut child = spawn(&w, qps);
+    let pid = child.id();
+    let start = Instant::now();
+    let total = w.machines.len();
+    let mut said = Instant::now();
+    let all_written = loop {
+        let (n, other) = count_true(&w.mgmt);
+        if n == total {
+            break start.elapsed();
+        }
+        if said.elapsed() >= Duration::from_secs(5) {
+            said = Instant::now();
+            eprintln!(
+                "scale: {n} of {total} True after {:.0} s",
+                start.elapsed().as_secs_f64()
+            );
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "only {n} of {total} True after 300 s; others {:?}",
+            &other[..other.len().min(5)]
+        );
+        if let Ok(Some(st)) = child.try_wait() {
+            panic!("the controller exited: {st}");
+        }
+        // Counting clones every Machine under the store's lock: not so
+        // often that the bench slows the server it measures.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let mut by: std::collections::BTreeMap<String, usize> = Default::default();
+    for r in w.mgmt.requests() {
+        if r.user.as_deref() == Some(CTL_USER) {
+            let res = r
+                .path
+                .split('/')
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>();
+            let what = match res.iter().position(|s| *s == "namespaces") {
+                Some(i) if res.len() > i + 2 => res[i + 2..]
+                    .iter()
+                    .step_by(2)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("/"),
+                _ => res.last().unwrap_or(&"").to_string(),
+            };
+            let q = if r.query.contains("watch=true") {
+                " watch"
+            } else {
+                ""
+            };
+            *by.entry(format!("{} {what}{q}", r.method)).or_default() += 1;
+        }
+    }
+    // At rest: nothing changes, nothing should be written.
+    let before = writes(&w.mgmt);
+    tokio::time::sleep(rest).await;
+    let rest_writes = writes(&w.mgmt) - before;
+    eprintln!(
+        "scale: {rest_writes} writes over {} s at rest",
+        rest.as_secs()
+    );
+
+    // Flips: one Node at a time goes False (then back True); the time
+    // until its Machine says the same.
+    let mut lat = Vec::new();
+    let mut rx = w.mgmt.with_store(|s| s.subscribe());
+    for f in 0..flips {
+        let (ns, m, c, n) = &w.machines[(f / 2 * 37) % total];
+        let (st, reason) = if f % 2 == 0 {
+            ("False", "SysctlMismatch")
+        } else {
+            ("True", "Converged")
+        };
+        let mut node = w.wl[*c].get("v1", "Node", "", n).unwrap();
+        let t = now();
+        for cond in node["status"]["conditions"].as_array_mut().unwrap() {
+            if cond["type"] == TY {
+                *cond = json!({"type":TY,"status":st,"reason":reason,"message":format!("the agent says {reason}"),
+                    "lastHeartbeatTime":t,"lastTransitionTime":t});
+            }
+        }
+        node["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("resourceVersion");
+        rx.borrow_and_update();
+        let sent = Instant::now();
+        w.wl[*c].put(node).unwrap();
+        loop {
+            let g = w.mgmt.get(AV, "Machine", ns, m).and_then(|m| gate(&m));
+            if g.as_ref().is_some_and(|g| g.0 == st) {
+                lat.push(sent.elapsed());
+                break;
+            }
+            assert!(
+                sent.elapsed() < Duration::from_secs(30),
+                "{m}: flip {f} not mirrored: {g:?}"
+            );
+            let _ = tokio::time::timeout(Duration::from_millis(50), rx.changed()).await;
+        }
+    }
+    eprintln!("scale: {} flips measured", lat.len());
+    let hwm = vm_hwm_kib(pid).unwrap_or(0) as f64 / 1024.0;
+    let _ = child.kill();
+    let _ = child.wait();
+    let rate = server_rate(&w).await;
+    lat.sort();
+    (
+        Figures {
+            qps,
+            all_written,
+            mgmt_requests: by.into_iter().collect(),
+            hwm_mib: hwm,
+            rest_writes,
+            rest_secs: rest.as_secs(),
+            flips: lat,
+        },
+        rate,
+        w.secret_bytes,
+        w.node_bytes,
+    )
+}
+
+fn main() {
+    let qps: Vec<f64> = std::env::var("SCALE_QPS")
+        .unwrap_or_else(|_| "50,200".into())
+        .split(',')
+        .map(|q| {
+            q.trim()
+                .parse()
+                .expect("SCALE_QPS: numbers, comma-separated")
+        })
+        .collect();
+    let rest = Duration::from_secs(
+        std::env::var("SCALE_REST_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(60),
+    );
+    let flips: usize = std::env::var("SCALE_FLIPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(120);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    println!("| --kube-qps | all {} written | target | peak RSS (VmHWM) | writes at rest | flip → Machine p50 / p99 / max (n) | server alone |", CLUSTERS * MDS_PER_CLUSTER * per_md());
+    println!("|---|---|---|---|---|---|---|");
+    for q in qps {
+        let (f, rate, sb, nb) = rt.block_on(run(q, rest, flips));
+        let target =
+            Duration::from_secs_f64((CLUSTERS * MDS_PER_CLUSTER * per_md()) as f64 / f.qps + 5.0);
+        println!(
+            "| {} | {:.1} s | ≤ {:.0} s | {:.1} MiB | {} in {} s | {} / {} / {} ({}) | {:.0} status PATCH/s |",
+            f.qps,
+            f.all_written.as_secs_f64(),
+            target.as_secs_f64(),
+            f.hwm_mib,
+            f.rest_writes,
+            f.rest_secs,
+            ms(pct(&f.flips, 0.5)),
+            ms(pct(&f.flips, 0.99)),
+            ms(*f.flips.last().unwrap()),
+            f.flips.len(),
+            rate
+        );
+        eprintln!(
+            "qps {}: management requests until all were written: {:?} (bootstrap config {sb} B, Node {nb} B)",
+            f.qps, f.mgmt_requests
+        );
+    }
+}
