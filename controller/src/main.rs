@@ -74,7 +74,9 @@ fn valid_condition_type(t: &str) -> bool {
     t.len() <= 316 && name_ok && prefix_ok
 }
 
-async fn management_client(path: Option<&PathBuf>) -> Result<Client, String> {
+/// The management cluster's clients: the loop's and the Event recorder's,
+/// each behind its own --kube-qps/--kube-burst bucket (see `run::run_gated`).
+async fn management_client(path: Option<&PathBuf>) -> Result<(Client, Client), String> {
     let config = match path {
         Some(p) => {
             let kc = Kubeconfig::read_from(p)
@@ -92,8 +94,11 @@ async fn management_client(path: Option<&PathBuf>) -> Result<Client, String> {
             .map_err(|e| format!("no --kubeconfig and no in-cluster config: {e}"))?,
     };
     // controller-ops: behind the --kube-qps/--kube-burst bucket.
-    sandbox_readiness_controller::qps::client(config)
-        .map_err(|e| format!("the management cluster's client: {e}"))
+    let events = sandbox_readiness_controller::qps::client(config.clone())
+        .map_err(|e| format!("the management cluster's client: {e}"))?;
+    let client = sandbox_readiness_controller::qps::client(config)
+        .map_err(|e| format!("the management cluster's client: {e}"))?;
+    Ok((client, events))
 }
 
 async fn main_async(args: Args) -> ExitCode {
@@ -113,7 +118,7 @@ async fn main_async(args: Args) -> ExitCode {
         return ExitCode::from(2);
     }
     args.ops.set_client_limits();
-    let client = match management_client(args.kubeconfig.as_ref()).await {
+    let (client, events) = match management_client(args.kubeconfig.as_ref()).await {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");
@@ -151,7 +156,7 @@ async fn main_async(args: Args) -> ExitCode {
     };
     let gate = ops.gate();
     tokio::select! {
-        r = run::run_gated(client, settings, gate) => match r {
+        r = run::run_gated(client, events, settings, gate) => match r {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("{e}");

@@ -3,7 +3,8 @@
 //! kubernetes/client-go `util/flowcontrol/throttle.go`): a bucket of
 //! `burst` tokens refilled at `qps` per second; each request takes one,
 //! and waits for it when the bucket is empty. A tower layer on the kube
-//! client, so every request (list, watch, get, patch, Events) counts.
+//! client, so every request (list, watch, get, patch) counts; the Event
+//! recorder has a client and so a bucket of its own (`run::run_gated`).
 //!
 //! One bucket per [`client`] built: the management cluster's and each
 //! workload cluster's API server have their own.

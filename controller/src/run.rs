@@ -72,8 +72,14 @@ fn spawn_reflector(client: &Client, ar: &ApiResource, notify: Arc<Notify>) -> St
     let store = writer.as_reader();
     let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
     let kind = ar.kind.clone();
-    let stream =
-        reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
+    // Managed fields are never read here and are a large part of a
+    // Machine as Cluster API's controllers leave it.
+    let stream = reflector::reflector(
+        writer,
+        watcher(api, watcher::Config::default())
+            .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None),
+    )
+    .default_backoff();
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         let mut failing = false;
@@ -128,13 +134,19 @@ struct Loop {
 
 /// Runs until the process is stopped. Errors only at start.
 pub async fn run(mgmt: Client, s: Settings) -> Result<(), kube::Error> {
-    run_gated(mgmt, s, crate::leader::Gate::always()).await
+    run_gated(mgmt.clone(), mgmt, s, crate::leader::Gate::always()).await
 }
 
 /// [`run`], writing only while `gate` is open (leader election: the
 /// standby keeps its caches warm and decides, but does not write).
+/// Events go through `events`: a client of their own, behind a token
+/// bucket of their own, as client-go's and controller-runtime's event
+/// recorders have, so recording a transition never takes a request from
+/// the condition writes (one Event per transition would otherwise make
+/// every write wait for two tokens).
 pub async fn run_gated(
     mgmt: Client,
+    events: Client,
     s: Settings,
     gate: crate::leader::Gate,
 ) -> Result<(), kube::Error> {
@@ -164,7 +176,7 @@ pub async fn run_gated(
         s.condition_type
     );
     let recorder = Recorder::new(
-        mgmt.clone(),
+        events,
         Reporter {
             controller: "sandbox-readiness-controller".into(),
             instance: s.instance.clone(),

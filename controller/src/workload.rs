@@ -81,6 +81,20 @@ fn lock(h: &Mutex<Health>) -> std::sync::MutexGuard<'_, Health> {
 }
 
 /// A 401, or a TLS failure (the CA or the client certificate rotated).
+/// What the cache keeps of a Node: the reader needs its name, annotations
+/// and conditions. A kubelet-written Node's image list (up to 50 entries of
+/// digests and tags), its volume lists and its managed fields are most of
+/// its size and are dropped before the reflector stores it, so the
+/// controller's memory follows the number of Nodes, not what they run.
+fn slim(n: &mut Node) {
+    n.metadata.managed_fields = None;
+    if let Some(s) = n.status.as_mut() {
+        s.images = None;
+        s.volumes_attached = None;
+        s.volumes_in_use = None;
+    }
+}
+
 fn needs_reread(e: &watcher::Error) -> bool {
     let inner = match e {
         watcher::Error::InitialListFailed(e)
@@ -229,8 +243,11 @@ impl Workload {
             self.health.clone()
         };
         let cluster = format!("{}/{}", self.namespace, self.cluster);
-        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
-            .default_backoff();
+        let stream = reflector::reflector(
+            writer,
+            watcher(api, watcher::Config::default()).modify(slim),
+        )
+        .default_backoff();
         let task = tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             while let Some(ev) = stream.next().await {
