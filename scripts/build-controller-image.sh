@@ -39,9 +39,9 @@ exec 9>"$out/.controller-build.lock"
 flock -w 1800 9 || die "timed out waiting for another build (lock $out/.controller-build.lock)"
 
 if [[ ${CONTROLLER_NO_CARGO:-} != 1 ]]; then
-	(cd "$root" && cargo build --release --locked -p "$name" --bin "$name" --target "$target")
+	(cd "$root" && cargo build --profile image --locked -p "$name" --bin "$name" --target "$target")
 fi
-bin=$CARGO_TARGET_DIR/$target/release/$name
+bin=$CARGO_TARGET_DIR/$target/image/$name
 [[ -x $bin ]] || die "$bin was not built"
 # Static: no interpreter, so the image needs no base (no libc, no shell).
 if readelf -l "$bin" 2>/dev/null | grep -q 'INTERP'; then
