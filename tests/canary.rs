@@ -511,41 +511,58 @@ async fn serve_retries_a_failed_canary_soon_until_the_runtime_is_mended() {
     );
     import_pause(&ctd);
     let agent = serve_requiring_runc(&ctd);
+    let (failed, _) = fails_until_restored_at_20s(&agent, &ctd, "runc", || {
+        std::os::unix::fs::symlink(common::on_path("runc").expect("runc"), &runc).unwrap()
+    })
+    .await;
+    let msg = failed.result.unwrap().message;
+    assert!(msg.contains("RunPodSandbox failed"), "{msg}");
+    assert!(agent
+        .log()
+        .text()
+        .contains("the canary did not pass: running it again in 15s"));
+}
+
+/// The retry schedule as both restore tests play it: the `handler` canary
+/// fails within 15 s of the agent's start, `restore` mends the node 20 s
+/// after the start, and the canary passes within 60 s of that, at its third
+/// run (start, 15 s, 45 s), leaving no sandbox behind. Returns the failed
+/// and the passed canary.
+async fn fails_until_restored_at_20s(
+    agent: &common::Agent,
+    ctd: &Containerd,
+    handler: &str,
+    restore: impl FnOnce(),
+) -> (Canary, Canary) {
     let started = Instant::now();
     let (_, failed) = until_served(
-        &agent,
-        "runc",
+        agent,
+        handler,
         ProbeOutcome::Failed,
         Duration::from_secs(15),
     )
     .await;
-    let msg = failed.result.unwrap().message;
-    assert!(msg.contains("RunPodSandbox failed"), "{msg}");
     tokio::time::sleep(
         (started + Duration::from_secs(20)).saturating_duration_since(Instant::now()),
     )
     .await;
-    std::os::unix::fs::symlink(common::on_path("runc").expect("runc"), &runc).unwrap();
+    restore();
     let restored = Instant::now();
-    let (took, _) = until_served(
-        &agent,
-        "runc",
+    let (took, passed) = until_served(
+        agent,
+        handler,
         ProbeOutcome::Passed,
         Duration::from_secs(60),
     )
     .await;
     eprintln!(
-        "runc restored {:.1?} after the agent listened; the canary passed {took:.1?} after that",
+        "{handler} restored {:.1?} after the agent listened; the canary passed {took:.1?} after that",
         restored - started
     );
-    // Failed at start and after 15 s; passed at the third run (45 s).
-    let (_, runs) = served_canary(&agent.url(), "runc").await;
+    let (_, runs) = served_canary(&agent.url(), handler).await;
     assert_eq!(runs, 3, "{}", agent.log().text());
-    assert!(agent
-        .log()
-        .text()
-        .contains("the canary did not pass: running it again in 15s"));
-    assert!(labelled_sandboxes(&ctd).await.unwrap().is_empty());
+    assert!(labelled_sandboxes(ctd).await.unwrap().is_empty());
+    (failed, passed)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -575,38 +592,13 @@ async fn serve_retries_a_failed_runsc_canary_until_its_shim_is_restored() {
             "runsc",
         ],
     );
-    let started = Instant::now();
-    let (_, failed) = until_served(
-        &agent,
-        "runsc",
-        ProbeOutcome::Failed,
-        Duration::from_secs(15),
-    )
+    let (failed, passed) = fails_until_restored_at_20s(&agent, &ctd, "runsc", || {
+        std::fs::rename(&stashed, &shim).unwrap()
+    })
     .await;
     assert!(
         failed.runtime_error.contains("containerd-shim-runsc-v1"),
         "{failed:?}"
     );
-    tokio::time::sleep(
-        (started + Duration::from_secs(20)).saturating_duration_since(Instant::now()),
-    )
-    .await;
-    std::fs::rename(&stashed, &shim).unwrap();
-    let restored = Instant::now();
-    let (took, passed) = until_served(
-        &agent,
-        "runsc",
-        ProbeOutcome::Passed,
-        Duration::from_secs(60),
-    )
-    .await;
-    eprintln!(
-        "the runsc shim restored {:.1?} after the agent listened; the canary passed {took:.1?} after that",
-        restored - started
-    );
     assert!(!passed.sandbox_id.is_empty(), "{passed:?}");
-    // Failed at start and after 15 s; passed at the third run (45 s).
-    let (_, runs) = served_canary(&agent.url(), "runsc").await;
-    assert_eq!(runs, 3, "{}", agent.log().text());
-    assert!(labelled_sandboxes(&ctd).await.unwrap().is_empty());
 }
