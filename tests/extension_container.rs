@@ -1191,22 +1191,8 @@ fn the_pool_wide_configuration_reports_through_the_node() {
         .unwrap()
         .trim()
         .to_string();
-    srv.create(serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": "worker-1", "labels": {"kubernetes.io/hostname": "worker-1"}},
-        "spec": {},
-        "status": {
-            "conditions": [{
-                "type": "Ready", "status": "True", "reason": "KubeletReady",
-                "message": "kubelet is posting ready status",
-                "lastHeartbeatTime": "2026-12-01T00:00:00Z",
-                "lastTransitionTime": "2026-12-01T00:00:00Z"
-            }],
-            "nodeInfo": {"kubeletVersion": "v1.32.4", "bootID": boot_id}
-        }
-    }))
-    .unwrap();
+    srv.create(common::kubelet_node("worker-1", &boot_id))
+        .unwrap();
     let limit = fs::read_to_string("/proc/sys/user/max_user_namespaces")
         .unwrap()
         .trim()

@@ -133,11 +133,7 @@ fn real_agents_hold_and_release_the_gate() {
         ),
         ("w-nocheck", 11255, vec!["--require-userns"]),
     ] {
-        wl.create(json!({"apiVersion":"v1","kind":"Node","metadata":{"name":node,"labels":{"kubernetes.io/hostname":node}},"spec":{},
-            "status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","message":"kubelet is posting ready status",
-            "lastHeartbeatTime":"2026-12-01T00:00:00Z","lastTransitionTime":"2026-12-01T00:00:00Z"}],
-            "nodeInfo":{"kubeletVersion":"v1.32.4","bootID":boot}}}))
-            .unwrap();
+        wl.create(common::kubelet_node(node, &boot)).unwrap();
         let cert = wl.client_cert(&format!("system:node:{node}"), &["system:nodes"]);
         let kc = wl
             .kubeconfig_kubelet_style(&dir.path().join(node), &cert)

@@ -79,23 +79,7 @@ impl Cluster {
 
     /// A Node as kubelet registers it: `Ready` and this boot's bootID.
     fn register(&self, name: &str, boot: &str) {
-        self.srv
-            .create(json!({
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-                "spec": {},
-                "status": {
-                    "conditions": [{
-                        "type": "Ready", "status": "True", "reason": "KubeletReady",
-                        "message": "kubelet is posting ready status",
-                        "lastHeartbeatTime": "2026-12-01T00:00:00Z",
-                        "lastTransitionTime": "2026-12-01T00:00:00Z"
-                    }],
-                    "nodeInfo": {"kubeletVersion": "v1.32.4", "bootID": boot}
-                }
-            }))
-            .unwrap();
+        self.srv.create(common::kubelet_node(name, boot)).unwrap();
     }
 
     fn node(&self, name: &str) -> Value {

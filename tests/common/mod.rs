@@ -709,3 +709,24 @@ pub fn write_atomic(path: &Path, text: &str) {
     std::fs::write(&tmp, text).unwrap();
     std::fs::rename(&tmp, path).unwrap();
 }
+
+/// A Node as kubelet registers it (what the Node writer's tests start
+/// from): `Ready`, the hostname label and `nodeInfo.bootID` = `boot_id`,
+/// no condition of the agent's.
+pub fn kubelet_node(name: &str, boot_id: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "spec": {},
+        "status": {
+            "conditions": [{
+                "type": "Ready", "status": "True", "reason": "KubeletReady",
+                "message": "kubelet is posting ready status",
+                "lastHeartbeatTime": "2026-12-01T00:00:00Z",
+                "lastTransitionTime": "2026-12-01T00:00:00Z"
+            }],
+            "nodeInfo": {"kubeletVersion": "v1.32.4", "bootID": boot_id}
+        }
+    })
+}
