@@ -426,7 +426,11 @@ struct Figures {
 fn spawn(w: &World, qps: f64) -> Child {
     let kc = w.dir.path().join("ctl.kubeconfig");
     std::fs::write(&kc, w.mgmt.kubeconfig_token(CTL)).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_sandbox-readiness-controller"))
+    // SCALE_CONTROLLER_BIN: another build of the controller (the image's
+    // static musl one), whose allocator is not glibc's.
+    let bin = std::env::var_os("SCALE_CONTROLLER_BIN")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_sandbox-readiness-controller").into());
+    Command::new(bin)
         .arg("--kubeconfig")
         .arg(&kc)
         .args(["--kube-qps", &qps.to_string()])

@@ -57,8 +57,13 @@ pub enum NodeSeen {
     /// The Machine has no `status.nodeRef`.
     NoNodeRef,
     /// The workload cluster's Nodes have not been read since `since`
-    /// (controller start, or the first failure to reach it).
-    NotRead { since: SystemTime, why: String },
+    /// (controller start, or the first failure to reach it). `pending`:
+    /// a connection's first Node list is under way and nothing has failed.
+    NotRead {
+        since: SystemTime,
+        why: String,
+        pending: bool,
+    },
     /// The workload cluster was read and has no Node of that name.
     NoNode { node: String },
     /// The Node as read, and what it is judged against: the desired state
@@ -120,6 +125,10 @@ fn valid_reason(r: &str) -> bool {
         && !matches!(b[b.len() - 1], b',' | b':')
 }
 
+/// How long a Machine without a condition waits for its workload cluster's
+/// first Node list (when nothing has failed) before `Unknown` is written.
+pub const FIRST_READ_GRACE: Duration = Duration::from_secs(10);
+
 /// Decides the Machine's condition. `has_condition`: the Machine already
 /// carries a condition of the type (then an unread workload keeps it).
 pub fn decide(
@@ -134,9 +143,21 @@ pub fn decide(
             NODE_NOT_YET_ASSIGNED,
             "the Machine has no Node yet (status.nodeRef is not set)".into(),
         ),
-        NodeSeen::NotRead { since, why } => {
+        NodeSeen::NotRead {
+            since,
+            why,
+            pending,
+        } => {
             let waited = now.duration_since(*since).unwrap_or_default();
             if waited < stale_after && has_condition {
+                Decision::Keep
+            } else if *pending && waited < FIRST_READ_GRACE {
+                // The first list of a reachable cluster takes about a
+                // second; writing Unknown now would be a second write for
+                // each new Machine when its verdict follows (1,000 at a
+                // controller start). Cluster API already counts a gate
+                // without its condition as not ready, so holding costs only
+                // the reason, for a few seconds.
                 Decision::Keep
             } else if waited < stale_after {
                 verdict(
@@ -338,6 +359,7 @@ mod tests {
                 NodeSeen::NotRead {
                     since: t(9_500),
                     why: "down".into(),
+                    pending: false,
                 },
                 true,
                 None,
@@ -347,6 +369,27 @@ mod tests {
                 NodeSeen::NotRead {
                     since: t(9_500),
                     why: "down".into(),
+                    pending: false,
+                },
+                false,
+                w(Unknown, CONDITION_NOT_YET_REPORTED),
+            ),
+            (
+                "first list under way, nothing to keep: wait",
+                NodeSeen::NotRead {
+                    since: t(9_995),
+                    why: "the Node list has not completed yet".into(),
+                    pending: true,
+                },
+                false,
+                None,
+            ),
+            (
+                "first list under way past the grace",
+                NodeSeen::NotRead {
+                    since: t(9_989),
+                    why: "the Node list has not completed yet".into(),
+                    pending: true,
                 },
                 false,
                 w(Unknown, CONDITION_NOT_YET_REPORTED),
@@ -356,6 +399,7 @@ mod tests {
                 NodeSeen::NotRead {
                     since: t(9_000 - 900),
                     why: "down".into(),
+                    pending: false,
                 },
                 true,
                 w(Unknown, CONDITION_STALE),

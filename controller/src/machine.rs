@@ -9,7 +9,8 @@
 //! `cluster.x-k8s.io/deployment-name` the MachineSet controller puts on the
 //! Machines of a MachineDeployment.
 
-use serde_json::Value;
+use kube::api::DynamicObject;
+use serde_json::{Map, Value};
 
 /// The label naming a Machine's MachineDeployment.
 pub const DEPLOYMENT_LABEL: &str = "cluster.x-k8s.io/deployment-name";
@@ -54,6 +55,46 @@ pub fn view<'a>(m: &'a Value, condition_type: &str) -> MachineView<'a> {
             .and_then(Value::as_str),
         gated,
     }
+}
+
+/// Keeps of a Machine only what [`view`], the condition planner and the
+/// Event reference read: its identity (name, namespace, uid,
+/// resourceVersion, generation, deletionTimestamp, the deployment label),
+/// `spec.clusterName`, `spec.readinessGates`, `spec.bootstrap.dataSecretName`,
+/// `status.nodeRef` and the whole of `status.conditions` (the merge patch
+/// replaces the list, so every writer's conditions must be kept). Applied
+/// before the reflector stores a Machine and to each Machine a write
+/// returns, so the controller's memory follows the number of Machines, not
+/// what Cluster API and the providers put on them (managed fields, owner
+/// references, addresses, nodeInfo, the v1beta1 conditions).
+pub fn slim(o: &mut DynamicObject) {
+    let md = &mut o.metadata;
+    md.managed_fields = None;
+    md.annotations = None;
+    md.owner_references = None;
+    md.finalizers = None;
+    if let Some(labels) = md.labels.as_mut() {
+        labels.retain(|k, _| k == DEPLOYMENT_LABEL);
+    }
+    let pick = |from: &Value, keys: &[&str]| -> Map<String, Value> {
+        keys.iter()
+            .filter_map(|k| Some(((*k).to_string(), from.get(*k)?.clone())))
+            .collect()
+    };
+    let mut spec = pick(&o.data["spec"], &["clusterName", "readinessGates"]);
+    if let Some(name) = o.data.pointer("/spec/bootstrap/dataSecretName") {
+        spec.insert(
+            "bootstrap".into(),
+            Value::Object(Map::from_iter([("dataSecretName".into(), name.clone())])),
+        );
+    }
+    let status = pick(&o.data["status"], &["nodeRef", "conditions"]);
+    let mut data = Map::new();
+    data.insert("spec".into(), Value::Object(spec));
+    if !status.is_empty() {
+        data.insert("status".into(), Value::Object(status));
+    }
+    o.data = Value::Object(data);
 }
 
 /// A MachineDeployment asks to be mirrored (`sandbox-readiness.io/mirror: "true"`).
@@ -111,6 +152,57 @@ mod tests {
         );
         let empty_ref = json!({"status":{"nodeRef":{"name":""}}});
         assert_eq!(view(&empty_ref, TY).node, None);
+    }
+
+    #[test]
+    fn slim_keeps_what_is_read() {
+        let full = json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "m1", "namespace": "t1", "uid": "u1", "resourceVersion": "7",
+                "generation": 3, "labels": {DEPLOYMENT_LABEL: "md-a", "other": "x"},
+                "annotations": {"a": "b"}, "finalizers": ["machine.cluster.x-k8s.io"],
+                "ownerReferences": [{"apiVersion": "v1", "kind": "MachineSet", "name": "ms", "uid": "u0"}],
+                "managedFields": [{"manager": "capi"}]},
+            "spec": {"clusterName": "c1", "readinessGates": [{"conditionType": TY}],
+                "bootstrap": {"dataSecretName": "m1-boot", "configRef": {"name": "tc"}},
+                "infrastructureRef": {"name": "i"}, "providerID": "p", "version": "v1.33.0"},
+            "status": {"nodeRef": {"name": "w1"}, "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+                "nodeInfo": {"kernelVersion": "6.12"}, "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True"}, {"type": TY, "status": "False"}],
+                "deprecated": {"v1beta1": {"conditions": [{"type": "Ready"}]}}}
+        });
+        let mut o: DynamicObject = serde_json::from_value(full.clone()).unwrap();
+        slim(&mut o);
+        let slimmed = serde_json::to_value(&o).unwrap();
+        // Everything read of the whole Machine reads the same of the slim one.
+        assert_eq!(view(&slimmed, TY), view(&full, TY));
+        assert_eq!(
+            slimmed["status"]["conditions"],
+            full["status"]["conditions"]
+        );
+        assert_eq!(
+            slimmed["metadata"],
+            json!({"name": "m1", "namespace": "t1", "uid": "u1", "resourceVersion": "7",
+                "generation": 3, "labels": {DEPLOYMENT_LABEL: "md-a"}})
+        );
+        assert_eq!(slimmed["apiVersion"], full["apiVersion"]);
+        for gone in [
+            "/spec/infrastructureRef",
+            "/spec/bootstrap/configRef",
+            "/status/addresses",
+            "/status/nodeInfo",
+            "/status/deprecated",
+        ] {
+            assert!(slimmed.pointer(gone).is_none(), "{gone} kept");
+        }
+        // A Machine not yet provisioned (no status) stays without one.
+        let mut bare: DynamicObject = serde_json::from_value(
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": "m2"}, "spec": {"clusterName": "c1"}}),
+        )
+        .unwrap();
+        slim(&mut bare);
+        assert_eq!(serde_json::to_value(&bare).unwrap()["status"], Value::Null);
     }
 
     #[test]

@@ -67,17 +67,19 @@ fn resource(kind: &str, plural: &str) -> ApiResource {
     )
 }
 
-fn spawn_reflector(client: &Client, ar: &ApiResource, notify: Arc<Notify>) -> Store<DynamicObject> {
+fn spawn_reflector(
+    client: &Client,
+    ar: &ApiResource,
+    slim: fn(&mut DynamicObject),
+    notify: Arc<Notify>,
+) -> Store<DynamicObject> {
     let writer = reflector::store::Writer::new(ar.clone());
     let store = writer.as_reader();
     let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
     let kind = ar.kind.clone();
-    // Managed fields are never read here and are a large part of a
-    // Machine as Cluster API's controllers leave it.
     let stream = reflector::reflector(
         writer,
-        watcher(api, watcher::Config::default())
-            .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None),
+        watcher(api, watcher::Config::default()).modify(slim),
     )
     .default_backoff();
     tokio::spawn(async move {
@@ -102,6 +104,12 @@ fn spawn_reflector(client: &Client, ar: &ApiResource, notify: Arc<Notify>) -> St
         }
     });
     store
+}
+
+/// Managed fields are never read here and are a large part of an object
+/// as Cluster API's controllers leave it.
+fn no_managed_fields(o: &mut DynamicObject) {
+    o.metadata.managed_fields = None;
 }
 
 fn key(o: &DynamicObject) -> (String, String) {
@@ -152,13 +160,19 @@ pub async fn run_gated(
 ) -> Result<(), kube::Error> {
     let notify = Arc::new(Notify::new());
     let machine_ar = resource("Machine", "machines");
-    let machines = spawn_reflector(&mgmt, &machine_ar, notify.clone());
+    let machines = spawn_reflector(&mgmt, &machine_ar, machine::slim, notify.clone());
     let deployments = spawn_reflector(
         &mgmt,
         &resource("MachineDeployment", "machinedeployments"),
+        no_managed_fields,
         notify.clone(),
     );
-    let clusters = spawn_reflector(&mgmt, &resource("Cluster", "clusters"), notify.clone());
+    let clusters = spawn_reflector(
+        &mgmt,
+        &resource("Cluster", "clusters"),
+        no_managed_fields,
+        notify.clone(),
+    );
     for (what, st) in [
         ("Machines", &machines),
         ("MachineDeployments", &deployments),
@@ -295,16 +309,28 @@ impl Loop {
             return NodeSeen::NotRead {
                 since: self.started,
                 why: "the Machine names no cluster (spec.clusterName)".into(),
+                pending: false,
             };
         };
         let Some(w) = self.workloads.get(&(ns.to_string(), cluster.to_string())) else {
             return NodeSeen::NotRead {
                 since: self.started,
                 why: format!("Cluster {ns}/{cluster} does not exist"),
+                pending: false,
             };
         };
         let n = match w.lookup(node_name) {
-            Lookup::NotRead { since, why } => return NodeSeen::NotRead { since, why },
+            Lookup::NotRead {
+                since,
+                why,
+                pending,
+            } => {
+                return NodeSeen::NotRead {
+                    since,
+                    why,
+                    pending,
+                }
+            }
             Lookup::NoNode => {
                 return NodeSeen::NoNode {
                     node: node_name.into(),
@@ -364,7 +390,8 @@ impl Loop {
             }
             match timed(api.patch_status(&k.1, &PatchParams::default(), &Patch::Merge(&body))).await
             {
-                Ok(after) => {
+                Ok(mut after) => {
+                    machine::slim(&mut after);
                     crate::metrics::global().write_ok();
                     tracing::info!(
                         machine = %machine,

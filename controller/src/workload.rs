@@ -15,7 +15,7 @@ use std::{
 };
 
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::core::v1::{Node, NodeStatus, Secret};
 use kube::{
     config::KubeConfigOptions,
     runtime::{
@@ -25,6 +25,8 @@ use kube::{
     Api, Client, Config,
 };
 use tokio::{sync::Notify, task::JoinHandle};
+
+use sandbox_readiness::desired::annotation::ANNOTATION;
 
 use crate::kubeconfig;
 
@@ -66,10 +68,12 @@ pub struct Workload {
 
 /// A Machine's Node as far as the workload cluster can tell.
 pub enum Lookup {
-    /// Not read: why, and since when.
+    /// Not read: why, and since when; `pending`: the first list on a new
+    /// connection is under way and nothing has failed yet.
     NotRead {
         since: SystemTime,
         why: String,
+        pending: bool,
     },
     NoNode,
     Node(Arc<Node>),
@@ -81,18 +85,27 @@ fn lock(h: &Mutex<Health>) -> std::sync::MutexGuard<'_, Health> {
 }
 
 /// A 401, or a TLS failure (the CA or the client certificate rotated).
-/// What the cache keeps of a Node: the reader needs its name, annotations
-/// and conditions. A kubelet-written Node's image list (up to 50 entries of
-/// digests and tags), its volume lists and its managed fields are most of
-/// its size and are dropped before the reflector stores it, so the
-/// controller's memory follows the number of Nodes, not what they run.
+/// What the cache keeps of a Node: what the reader
+/// ([`sandbox_readiness::nodestatus::read::read`]) takes — its identity,
+/// the desired-state annotation and its conditions. The rest of a
+/// kubelet-written Node (images, volumes, capacity, addresses, nodeInfo,
+/// labels, managed fields) is most of its size and is dropped before the
+/// reflector stores it, so the controller's memory follows the number of
+/// Nodes, not what they run.
 fn slim(n: &mut Node) {
-    n.metadata.managed_fields = None;
-    if let Some(s) = n.status.as_mut() {
-        s.images = None;
-        s.volumes_attached = None;
-        s.volumes_in_use = None;
+    let md = &mut n.metadata;
+    md.managed_fields = None;
+    md.labels = None;
+    md.owner_references = None;
+    md.finalizers = None;
+    if let Some(a) = md.annotations.as_mut() {
+        a.retain(|k, _| k == ANNOTATION);
     }
+    n.spec = None;
+    n.status = n.status.take().map(|s| NodeStatus {
+        conditions: s.conditions,
+        ..NodeStatus::default()
+    });
 }
 
 fn needs_reread(e: &watcher::Error) -> bool {
@@ -240,6 +253,8 @@ impl Workload {
                 h.unread_since = SystemTime::now();
             }
             h.synced = false;
+            // Nothing has failed on this connection yet.
+            h.error = None;
             self.health.clone()
         };
         let cluster = format!("{}/{}", self.namespace, self.cluster);
@@ -296,12 +311,63 @@ impl Workload {
             },
             _ => Lookup::NotRead {
                 since: h.unread_since,
+                pending: self.conn.is_some() && self.refused.is_none() && h.error.is_none(),
                 why: self
                     .refused
                     .clone()
                     .or(h.error)
                     .unwrap_or_else(|| "the Node list has not completed yet".into()),
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const TY: &str = "sandbox-readiness.io/SandboxReady";
+
+    #[test]
+    fn a_slim_node_reads_as_the_whole_one() {
+        let full = json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "w1", "uid": "u1", "resourceVersion": "9",
+                "labels": {"kubernetes.io/hostname": "w1"},
+                "annotations": {ANNOTATION: r#"{"v":1,"sysctls":{"user.max_user_namespaces":"11255"}}"#,
+                    "talos.dev/owned-labels": "[]"},
+                "managedFields": [{"manager": "kubelet"}]},
+            "spec": {"podCIDRs": ["10.244.0.0/24"]},
+            "status": {"conditions": [
+                    {"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-12-02T00:00:00Z"},
+                    {"type": TY, "status": "True", "reason": "Converged", "message": "",
+                        "lastHeartbeatTime": "2026-12-02T00:00:00Z", "lastTransitionTime": "2026-12-01T00:00:00Z"}],
+                "images": [{"names": ["registry.k8s.io/pause:3.10"], "sizeBytes": 1}],
+                "nodeInfo": {"bootID": "b1", "machineID": "m", "systemUUID": "s", "kernelVersion": "6.12",
+                    "osImage": "Talos", "containerRuntimeVersion": "containerd://2.1", "kubeletVersion": "v1.33",
+                    "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"},
+                "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}});
+        let whole: Node = serde_json::from_value(full).unwrap();
+        let mut slimmed = whole.clone();
+        slim(&mut slimmed);
+        assert_eq!(
+            crate::node::reading(&slimmed, TY),
+            crate::node::reading(&whole, TY)
+        );
+        assert!(crate::node::reading(&slimmed, TY).desired.is_some());
+        let v = serde_json::to_value(&slimmed).unwrap();
+        assert_eq!(
+            v["metadata"]["annotations"].as_object().map(|a| a.len()),
+            Some(1)
+        );
+        for gone in [
+            "/spec",
+            "/status/images",
+            "/status/nodeInfo",
+            "/status/addresses",
+            "/metadata/labels",
+        ] {
+            assert!(v.pointer(gone).is_none(), "{gone} kept");
         }
     }
 }
