@@ -336,7 +336,7 @@ struct Recorder {
     /// (resourceVersion, holderIdentity) at each Lease change.
     holders: Vec<(u64, String)>,
     /// Machine → each (status, reason, message) its gate condition took.
-    conds: BTreeMap<String, Vec<(String, String, String)>>,
+    conds: Conds,
 }
 
 impl Recorder {
@@ -362,16 +362,146 @@ impl Recorder {
 
     /// Who held the Lease at `rv`.
     fn holder_at(&self, rv: u64) -> Option<&str> {
-        self.holders
-            .iter()
-            .rev()
-            .find(|(at, _)| *at <= rv)
-            .map(|(_, h)| h.as_str())
-            .filter(|h| !h.is_empty())
+        holder_at(&self.holders, rv)
     }
 
     fn holder(&self) -> Option<&str> {
         self.holder_at(u64::MAX)
+    }
+}
+
+/// Who held the Lease at `rv`, from its (resourceVersion, holderIdentity)
+/// history.
+fn holder_at(holders: &[(u64, String)], rv: u64) -> Option<&str> {
+    holders
+        .iter()
+        .rev()
+        .find(|(at, _)| *at <= rv)
+        .map(|(_, h)| h.as_str())
+        .filter(|h| !h.is_empty())
+}
+
+/// A Machine status write as the request log has it: (replica, Machine,
+/// the resourceVersion the server answered at, HTTP status).
+type Write<'a> = (&'a str, String, u64, u16);
+/// Machine → each (status, reason, message) its gate condition took.
+type Conds = BTreeMap<String, Vec<(String, String, String)>>;
+
+/// What breaks "one writer at a time", "one write per change" and "no
+/// flapping" in a run, one line each; empty for a good run. Kept apart from
+/// the run so `the_rollout_checks_catch_a_bad_run` can show each one fails.
+fn rollout_faults(writes: &[Write<'_>], holders: &[(u64, String)], conds: &Conds) -> Vec<String> {
+    let mut faults = Vec::new();
+    // One writer at a time: every Machine status write came from the
+    // replica that held the Lease when the server answered it.
+    for (pod, name, rv, _) in writes {
+        if holder_at(holders, *rv) != Some(*pod) {
+            faults.push(format!(
+                "{pod} wrote {name} while not holding the Lease (rv {rv})"
+            ));
+        }
+    }
+    // One write per change: each accepted status write is one change of the
+    // gate condition, no more (the change log holds every change).
+    for (m, seq) in conds {
+        let n = writes.iter().filter(|w| &w.1 == m && w.3 == 200).count();
+        if n != seq.len() {
+            faults.push(format!("{m}: {n} writes for the changes {seq:?}"));
+        }
+    }
+    // No flapping: no Machine's condition left True once True (the old
+    // ones stay True to their deletion, the new ones go Unknown → False →
+    // True or Unknown → True).
+    for (m, seq) in conds {
+        let statuses: Vec<&str> = seq.iter().map(|c| c.0.as_str()).collect();
+        if let Some(first_true) = statuses.iter().position(|s| *s == "True") {
+            if statuses[first_true..].iter().any(|s| *s != "True") {
+                faults.push(format!("{m} flapped: {statuses:?}"));
+            }
+        }
+        if statuses.last() != Some(&"True") {
+            faults.push(format!("{m} did not end True: {statuses:?}"));
+        }
+    }
+    faults
+}
+
+#[test]
+fn the_rollout_checks_catch_a_bad_run() {
+    let c = |s: &str| (s.to_string(), String::new(), String::new());
+    let holders = vec![
+        (10, "ctl-a".to_string()),
+        (50, String::new()),
+        (60, "ctl-b".to_string()),
+    ];
+    let good_conds: Conds = [("m1".to_string(), vec![c("Unknown"), c("True")])].into();
+    let good: Vec<Write<'_>> = vec![
+        ("ctl-a", "m1".into(), 20, 200),
+        ("ctl-b", "m1".into(), 70, 200),
+    ];
+    assert_eq!(
+        rollout_faults(&good, &holders, &good_conds),
+        Vec::<String>::new()
+    );
+    // A 409 answered to the leader is no second write.
+    let with_conflict = [good.clone(), vec![("ctl-b", "m1".into(), 71, 409)]].concat();
+    assert_eq!(
+        rollout_faults(&with_conflict, &holders, &good_conds),
+        Vec::<String>::new()
+    );
+
+    let cases: Vec<(&str, Vec<Write<'_>>, Conds, &str)> = vec![
+        (
+            "the standby writes",
+            vec![
+                ("ctl-a", "m1".into(), 20, 200),
+                ("ctl-b", "m1".into(), 40, 200),
+            ],
+            good_conds.clone(),
+            "ctl-b wrote m1 while not holding",
+        ),
+        (
+            "a write while no one leads",
+            vec![
+                ("ctl-a", "m1".into(), 20, 200),
+                ("ctl-a", "m1".into(), 55, 200),
+            ],
+            good_conds.clone(),
+            "ctl-a wrote m1 while not holding",
+        ),
+        (
+            "one change written twice",
+            vec![
+                ("ctl-a", "m1".into(), 20, 200),
+                ("ctl-a", "m1".into(), 21, 200),
+                ("ctl-b", "m1".into(), 70, 200),
+            ],
+            good_conds.clone(),
+            "m1: 3 writes",
+        ),
+        (
+            "a flap through the failover",
+            vec![
+                ("ctl-a", "m1".into(), 20, 200),
+                ("ctl-a", "m1".into(), 30, 200),
+                ("ctl-b", "m1".into(), 70, 200),
+            ],
+            [("m1".to_string(), vec![c("True"), c("Unknown"), c("True")])].into(),
+            "m1 flapped",
+        ),
+        (
+            "left False",
+            vec![("ctl-a", "m1".into(), 20, 200)],
+            [("m1".to_string(), vec![c("False")])].into(),
+            "m1 did not end True",
+        ),
+    ];
+    for (what, writes, conds, want) in cases {
+        let faults = rollout_faults(&writes, &holders, &conds);
+        assert!(
+            faults.iter().any(|f| f.contains(want)),
+            "{what}: {faults:?}"
+        );
     }
 }
 
@@ -488,7 +618,7 @@ async fn two_replicas_under_deploys_rbac_hold_the_rollout_through_a_failover() {
         denied.is_empty(),
         "deploy/ does not grant what the controller needs: {denied:?}"
     );
-    let writes: Vec<(&str, String, u64, u16)> = reqs
+    let writes: Vec<Write<'_>> = reqs
         .iter()
         .filter(|r| {
             matches!(r.method.as_str(), "PATCH" | "PUT")
@@ -507,44 +637,19 @@ async fn two_replicas_under_deploys_rbac_hold_the_rollout_through_a_failover() {
             (pod, name.to_string(), r.rv, r.status)
         })
         .collect();
-    for (pod, name, rv, _) in &writes {
-        assert_eq!(
-            rec.holder_at(*rv),
-            Some(*pod),
-            "{pod} wrote {name} while not holding the Lease (rv {rv}); writes {writes:?}; holders {:?}",
-            rec.holders
-        );
-    }
+    let faults = rollout_faults(&writes, &rec.holders, &rec.conds);
+    assert!(
+        faults.is_empty(),
+        "{faults:#?}\nwrites {writes:?}\nholders {:?}\nconditions {:?}",
+        rec.holders,
+        rec.conds
+    );
     let by = |p: &str| writes.iter().filter(|w| w.0 == p).count();
     assert!(by("ctl-a") > 0 && by(successor) > 0, "{writes:?}");
     assert!(
         writes.iter().any(|w| w.0 == successor && w.1 == "new-1"),
         "the new leader did not write new-1's change: {writes:?}"
     );
-
-    // One write per change: each accepted status write is one change of the
-    // gate condition, no more (the change log holds every change).
-    for (m, seq) in &rec.conds {
-        let n = writes.iter().filter(|w| &w.1 == m && w.3 == 200).count();
-        assert_eq!(
-            n,
-            seq.len(),
-            "{m}: {n} writes for the changes {seq:?}: {writes:?}"
-        );
-    }
-    // No flapping: no Machine's condition left True once True (the old
-    // ones stay True to their deletion, the new ones go Unknown → False →
-    // True or Unknown → True).
-    for (m, seq) in &rec.conds {
-        let statuses: Vec<&str> = seq.iter().map(|c| c.0.as_str()).collect();
-        if let Some(first_true) = statuses.iter().position(|s| *s == "True") {
-            assert!(
-                statuses[first_true..].iter().all(|s| *s == "True"),
-                "{m} flapped: {statuses:?}"
-            );
-        }
-        assert_eq!(statuses.last(), Some(&"True"), "{m}: {seq:?}");
-    }
     assert_eq!(
         rec.conds["new-1"]
             .iter()
