@@ -26,7 +26,6 @@ use k8s_openapi::{
     serde::{de::DeserializeOwned, Serialize},
 };
 use serde_json::{json, Value};
-use test_api::{TestApiServer, User};
 
 use common::*;
 
@@ -375,39 +374,8 @@ fn manifests_render_and_match_the_upstream_schema() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_controller_runs_under_the_rbac_deploy_grants() {
-    let mgmt = TestApiServer::builder()
-        .token(ADMIN, User::new("admin", &["system:masters"]))
-        .token(
-            SA_TOKEN,
-            User::new(
-                SA_USER,
-                &[
-                    "system:serviceaccounts",
-                    "system:serviceaccounts:sandbox-readiness-system",
-                ],
-            ),
-        )
-        .rbac_yaml(&rbac_yaml())
-        .start()
-        .await
-        .unwrap();
-    let wl = server(&["v1beta2"]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let sa_kubeconfig = dir.path().join("sa.kubeconfig");
-    std::fs::write(&sa_kubeconfig, mgmt.kubeconfig_token(SA_TOKEN)).unwrap();
-    for ns in [NS, DEPLOY_NS] {
-        mgmt.create(json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":ns}}))
-            .unwrap();
-    }
-    mgmt.create(cluster(CLUSTER)).unwrap();
-    mgmt.create(kubeconfig_secret(CLUSTER, &wl.kubeconfig_token(ADMIN)))
-        .unwrap();
-    let env = Env {
-        mgmt,
-        wl,
-        dir,
-        mgmt_kubeconfig: sa_kubeconfig.clone(),
-    };
+    let env = Env::start_rbac(&[SA_TOKEN]).await;
+    let sa_kubeconfig = env.mgmt_kubeconfig.clone();
     let sysctl = ("user.max_user_namespaces", "11255");
     env.deployment("md-a", false, true, 0);
     env.node("w1");
