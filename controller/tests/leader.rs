@@ -6,6 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
@@ -125,21 +127,10 @@ fn condition(srv: &TestApiServer, name: &str) -> Option<Value> {
 /// (user, machine) of every Machine status write so far.
 fn status_writes(srv: &TestApiServer) -> Vec<(String, String)> {
     srv.requests()
-        .into_iter()
-        .filter(|r| {
-            matches!(r.method.as_str(), "PATCH" | "PUT")
-                && r.path.contains("/machines/")
-                && r.path.ends_with("/status")
-        })
-        .map(|r| {
-            let name = r
-                .path
-                .trim_end_matches("/status")
-                .rsplit('/')
-                .next()
-                .unwrap_or("")
-                .to_string();
-            (r.user.unwrap_or_default(), name)
+        .iter()
+        .filter_map(|r| {
+            let name = common::machine_status_write(r)?;
+            Some((r.user.clone().unwrap_or_default(), name.to_string()))
         })
         .collect()
 }

@@ -620,21 +620,11 @@ async fn two_replicas_under_deploys_rbac_hold_the_rollout_through_a_failover() {
     );
     let writes: Vec<Write<'_>> = reqs
         .iter()
-        .filter(|r| {
-            matches!(r.method.as_str(), "PATCH" | "PUT")
-                && r.path.contains("/machines/")
-                && r.path.ends_with("/status")
-        })
-        .map(|r| {
+        .filter_map(|r| {
+            let name = machine_status_write(r)?;
             assert_eq!(r.user.as_deref(), Some(SA_USER), "{r:?}");
             let pod = pod_of(r.credential.as_deref().unwrap_or("")).unwrap();
-            let name = r
-                .path
-                .trim_end_matches("/status")
-                .rsplit('/')
-                .next()
-                .unwrap();
-            (pod, name.to_string(), r.rv, r.status)
+            Some((pod, name.to_string(), r.rv, r.status))
         })
         .collect();
     let faults = rollout_faults(&writes, &rec.holders, &rec.conds);

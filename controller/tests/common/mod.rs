@@ -303,6 +303,16 @@ impl Env {
     }
 }
 
+/// The Machine a request writes the status of (PATCH or PUT on
+/// `…/machines/NAME/status`), from the test API server's request log.
+pub fn machine_status_write(r: &test_api::RequestRecord) -> Option<&str> {
+    if !matches!(r.method.as_str(), "PATCH" | "PUT") {
+        return None;
+    }
+    let (before, name) = r.path.strip_suffix("/status")?.rsplit_once('/')?;
+    before.ends_with("/machines").then_some(name)
+}
+
 pub fn condition_of(obj: &Value, ty: &str) -> Option<(String, String, String, String)> {
     let c = obj["status"]["conditions"]
         .as_array()?
