@@ -94,11 +94,11 @@ async fn management_client(path: Option<&PathBuf>) -> Result<(Client, Client), S
             .map_err(|e| format!("no --kubeconfig and no in-cluster config: {e}"))?,
     };
     // controller-ops: behind the --kube-qps/--kube-burst bucket.
-    let events = sandbox_readiness_controller::qps::client(config.clone())
-        .map_err(|e| format!("the management cluster's client: {e}"))?;
-    let client = sandbox_readiness_controller::qps::client(config)
-        .map_err(|e| format!("the management cluster's client: {e}"))?;
-    Ok((client, events))
+    let client = |c| {
+        sandbox_readiness_controller::qps::client(c)
+            .map_err(|e| format!("the management cluster's client: {e}"))
+    };
+    Ok((client(config.clone())?, client(config)?))
 }
 
 async fn main_async(args: Args) -> ExitCode {
