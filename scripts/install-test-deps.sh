@@ -11,8 +11,10 @@
 # from Debian's arm64 .deb by scripts/test-env/fetch-debian.sh, not
 # installed), zstd (arm64 kernels packed as EFI zboot images), patchelf (sid's
 # runc 1.3 repointed at sid's libc, see scripts/test-env/fetch-debian.sh),
-# curl (the metrics port over mTLS, tests/metrics.rs),
-# the Rust musl targets, and grpcurl (reflection test).
+# curl (the metrics port over mTLS, tests/metrics.rs; the Node status kubelet
+# writes, scripts/control-plane.sh), openssl (the control plane's certificates),
+# the Rust musl targets, and grpcurl (reflection test). The unused-dependency
+# lint is scripts/unused-deps.py (nothing to build).
 set -euo pipefail
 
 need_apt=()
@@ -20,7 +22,7 @@ for pair in containerd:containerd runsc:runsc umoci:umoci skopeo:skopeo \
             qemu-aarch64-static:qemu-user-static h2load:nghttp2-client clang:clang \
             nsenter:util-linux unshare:util-linux mount:mount readelf:binutils llvm-strip:llvm /usr/bin/time:time \
             curl:curl jq:jq qemu-system-x86_64:qemu-system-x86 qemu-system-aarch64:qemu-system-arm \
-            patchelf:patchelf cpio:cpio flock:util-linux zstd:zstd; do
+            patchelf:patchelf cpio:cpio flock:util-linux setsid:util-linux zstd:zstd openssl:openssl; do
   bin=${pair%%:*} pkg=${pair#*:}
   command -v "$bin" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
@@ -68,16 +70,22 @@ if ! command -v grpcurl >/dev/null 2>&1; then
 fi
 command -v grpcurl >/dev/null || { echo "grpcurl did not install" >&2; exit 1; }
 
-# Unused-dependency lint of the test command (crates.io, built once and kept
-# in ~/.cargo/bin).
-if ! command -v cargo-machete >/dev/null 2>&1; then
-  cargo install -q --locked cargo-machete
-fi
 
 # The real parts the integration tests start (they fail, not skip, without them).
 for bin in containerd ctr /usr/bin/runsc unshare nsenter; do
   command -v "$bin" >/dev/null 2>&1 || { echo "install-test-deps: $bin is missing after the install" >&2; exit 1; }
 done
+
+# kubectl: the Kubernetes-facing tests spawn it from PATH. The machine's own
+# is accepted from v1.31 on (kubectl's skew policy is one minor either side of
+# the servers the tests speak to); anything else is one line and a failure.
+kubectl_minor=$(kubectl version --client -o json 2>/dev/null |
+  python3 -c 'import json, sys; v = json.load(sys.stdin)["clientVersion"]; print(int(v["major"]) * 1000 + int(v["minor"].rstrip("+")))' 2>/dev/null) ||
+  kubectl_minor=
+if [ -z "$kubectl_minor" ] || [ "$kubectl_minor" -lt 1031 ]; then
+  echo "install-test-deps: kubectl v1.31 or newer is needed on PATH (found: $(kubectl version --client 2>&1 | head -n1))" >&2
+  exit 1
+fi
 
 # Parts from other Debian suites and architectures (amd64 and arm64 kernels
 # 6.1/6.12/7.x, arm64 busybox-static, containerd 2.1, runc 1.3), extracted

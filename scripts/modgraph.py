@@ -1,6 +1,10 @@
 """Prints the crate's module dependency graph (top-level modules, and the
 submodules of agent/, fleet/, observe/, report/) from `use crate::…` paths,
-ignoring #[cfg(test)] code, and reports any cycle."""
+ignoring #[cfg(test)] code, and reports any cycle.
+
+Usage: modgraph.py [--markdown] [SRC]. With --markdown the graph is a
+Markdown table (the copy in docs/developer/architecture.md, which
+tests/unit/docs.rs holds to this output). Exit 1 on a cycle."""
 import re, os, sys, collections
 
 def top_idents(block):
@@ -32,7 +36,9 @@ def uses(txt):
 
 nested = {'agent', 'fleet', 'observe', 'report'}
 deps = collections.defaultdict(set)
-src = sys.argv[1] if len(sys.argv) > 1 else 'src'
+args = [a for a in sys.argv[1:] if a != '--markdown']
+markdown = '--markdown' in sys.argv[1:]
+src = args[0] if args else 'src'
 for root, _, files in os.walk(src):
     for f in files:
         if not f.endswith('.rs') or 'tests' in f: continue
@@ -67,7 +73,12 @@ for root, _, files in os.walk(src):
                 for n in names:
                     if n != parts[1] and n != 'self':
                         deps[me + '::' + parts[1]].add(me + '::' + n)
-for k in sorted(deps): print(f'{k:22} -> {", ".join(sorted(deps[k]))}')
+if markdown:
+    print('| module | uses |')
+    print('|---|---|')
+    for k in sorted(deps): print(f'| `{k}` | {", ".join("`" + d + "`" for d in sorted(deps[k]))} |')
+else:
+    for k in sorted(deps): print(f'{k:22} -> {", ".join(sorted(deps[k]))}')
 # cycle check
 def cyc():
     state = {}
@@ -84,5 +95,5 @@ def cyc():
             r = dfs(n, [n])
             if r: return r
 c = cyc()
-print('cycle: ' + ' -> '.join(c) if c else 'no cycle')
+print(('\n' if markdown else '') + ('cycle: ' + ' -> '.join(c) if c else 'no cycle'))
 sys.exit(1 if c else 0)

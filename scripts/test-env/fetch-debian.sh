@@ -195,17 +195,24 @@ kernel() {
 	stamp_ok "$dir" "$deb" && return
 	rm -rf "$dir" "$dir.new"
 	mkdir -p "$dir.new"
-	# boot/vmlinuz-<release> up to 6.x, usr/lib/modules/<release>/vmlinuz in 7.x.
+	# boot/vmlinuz-<release> up to 6.x, usr/lib/modules/<release>/vmlinuz in
+	# 7.x: both patterns in one pass over the package (its data is
+	# decompressed once); tar exits 2 for the pattern the package lacks,
+	# which the check below makes an error only when both are missing.
 	local member release
-	member=$(dpkg-deb --fsys-tarfile "$deb" | tar -t |
-		awk '/^\.\/(boot\/vmlinuz-[^\/]+|usr\/lib\/modules\/[^\/]+\/vmlinuz)$/ && !n++')
+	mkdir -p "$dir.new/x"
+	dpkg-deb --fsys-tarfile "$deb" |
+		tar -x -C "$dir.new/x" --wildcards './boot/vmlinuz-*' './usr/lib/modules/*/vmlinuz' 2>/dev/null || true
+	member=$(cd "$dir.new/x" && find . -type f \( -path './boot/vmlinuz-*' -o -path './usr/lib/modules/*/vmlinuz' \) |
+		sort | head -n1)
 	[ -n "$member" ] ||
 		die "$deb has no kernel image"
 	case $member in
 	./boot/vmlinuz-*) release=${member#./boot/vmlinuz-} ;;
 	*) release=$(basename "$(dirname "$member")") ;;
 	esac
-	dpkg-deb --fsys-tarfile "$deb" | tar -x -O "$member" >"$dir.new/vmlinuz"
+	mv "$dir.new/x/$member" "$dir.new/vmlinuz"
+	rm -rf "$dir.new/x"
 	unpack_zboot "$dir.new/vmlinuz"
 	echo "$release" >"$dir.new/release"
 	printf '%s\n' "$deb" >"$dir.new/.from"

@@ -483,13 +483,32 @@ pub fn run(mut cmd: Command) -> Output {
         .expect("cannot run command")
 }
 
-/// A loopback port nothing listens on (bound and released): only for an
-/// address that must refuse connections, never for a server to bind.
+/// A loopback port that refuses connections: a TCP socket bound to it that
+/// never listens, kept open for the rest of the test process. A port bound
+/// and released at once could be taken by a neighbouring test's listener
+/// (tests run side by side), and the address would then answer.
 pub fn refused_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free port")
+    use nix::sys::socket::{
+        bind, getsockname, socket, AddressFamily, SockFlag, SockType, SockaddrIn,
+    };
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .expect("socket");
+    bind(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrIn::new(127, 0, 0, 1, 0),
+    )
+    .expect("bind 127.0.0.1:0");
+    let port = getsockname::<SockaddrIn>(std::os::fd::AsRawFd::as_raw_fd(&fd))
+        .expect("getsockname")
+        .port();
+    // Held until the process exits: the port stays bound and refusing.
+    std::mem::forget(fd);
+    port
 }
 
 /// Finds an executable on PATH.

@@ -2,5 +2,6 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod containerd;
 pub mod testenv;

@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::{
     os::unix::net::UnixListener as StdUnixListener,
@@ -25,7 +25,7 @@ use std::{
 /// here, so the node binary carries no CRI server.
 #[allow(clippy::all, clippy::pedantic, dead_code)]
 mod cri {
-    include!("../src/proto/generated/runtime.v1.server.rs");
+    include!("../../src/proto/generated/runtime.v1.server.rs");
 }
 
 use cri::{

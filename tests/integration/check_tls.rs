@@ -4,7 +4,7 @@
 //! row with a reason a person can act on.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::{path::Path, time::Duration};
 

@@ -2,7 +2,7 @@
 //! client side; plaintext refused outside loopback.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::{
     process::Command,

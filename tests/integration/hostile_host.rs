@@ -6,7 +6,7 @@
 //! `runsc` is never executed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::{
     fs,

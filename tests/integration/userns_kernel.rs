@@ -2,7 +2,7 @@
 //! `user.max_user_namespaces` is 0, then 11255.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::{in_userns, run};
 use serde_json::Value;

@@ -6,8 +6,8 @@
 //! non-loopback plaintext is refused at startup.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::{
     io::{Read, Write},

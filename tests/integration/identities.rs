@@ -6,7 +6,7 @@
 //! id only as its app-specific hash unless `serve --expose-machine-id`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::{
     net::SocketAddr, os::unix::fs::PermissionsExt, path::Path, process::Command, time::Duration,

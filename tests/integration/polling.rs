@@ -5,7 +5,7 @@
 //! Watch heartbeats carry no report; the library's `Poller` uses tokens.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -5,13 +5,13 @@
 //! marker secret of the machine configs reaches any output.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
 use common::{args, check, refused_port, write_atomic, Agent, AgentSpec, CheckProc};
 
-const COZY: &str = include_str!("fixtures/desired/cozystack-tct.yaml");
+const COZY: &str = include_str!("../fixtures/desired/cozystack-tct.yaml");
 const FIXTURES: [&str; 6] = [
     "fixtures/desired/talos-worker-v1.13.yaml",
     "fixtures/desired/talos-worker-v1.14-multidoc.yaml",

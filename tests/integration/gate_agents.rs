@@ -9,7 +9,7 @@
 //! annotation against its Machine's bootstrap-data machine config.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::{
     path::PathBuf,

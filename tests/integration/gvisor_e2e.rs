@@ -4,8 +4,8 @@
 //! is not ready.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::process::Command;
 

@@ -3,7 +3,7 @@
 //! boot id), and a node set that grows through `--nodes-cmd`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,13 +1,18 @@
-//! `check --from-node-conditions`: the real binary reads real kubectl's
-//! `get nodes -o json` from the test API server (test-api/) and judges
-//! each Node by its sandbox condition, the condition's heartbeat and its
-//! `sandbox-readiness.io/desired` annotation, while the test changes the
-//! Nodes through the API: False → True, a stale heartbeat, an annotation
-//! that does not cover `--desired-from`. No agent and no root: the Nodes
-//! are written as the agent writes them.
+//! `check --from-node-conditions`: the real binary reads the pinned kubectl
+//! v1.36.3's `get nodes -o json` from the REAL kube-apiserver
+//! (tests/support/cluster.rs, the cluster the binary's tests share) and
+//! judges each Node by its sandbox condition, the condition's heartbeat and
+//! its `sandbox-readiness.io/desired` annotation, while the test changes
+//! the Nodes through the API: False → True, a stale heartbeat, an
+//! annotation that does not cover `--desired-from`. No agent and no root:
+//! the admin writes the Nodes as the agent leaves them (the condition on
+//! the status subresource, the annotation on the Node). Each test's Nodes
+//! carry a pool label of their own and `--nodes-cmd` selects by it, as a
+//! pool is selected in a cluster shared with other pools.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
+use crate::support;
 
 use std::{
     path::{Path, PathBuf},
@@ -17,20 +22,21 @@ use std::{
 
 use common::BIN;
 use serde_json::{json, Value};
-use test_api::{TestApiServer, User};
+use support::cluster::RealCluster;
 
 const TYPE: &str = "sandbox-readiness.io/SandboxReady";
-const ADMIN_TOKEN: &str = "admin-token";
 const COVERS: &str =
     r#"{"v":1,"sysctls":{"user.max_user_namespaces":"11255"},"require":["userns"]}"#;
 /// The pool's machine config: the limit the annotations must cover.
 const POOL: &str = "version: v1alpha1\nmachine:\n  type: worker\n  sysctls:\n    user.max_user_namespaces: \"11255\"\n";
+/// The label that makes a test's Nodes its pool.
+const POOL_LABEL: &str = "sandbox-readiness.test/pool";
 
+/// One test's pool of Nodes on the shared real cluster.
 struct Cluster {
-    _rt: tokio::runtime::Runtime,
-    srv: TestApiServer,
+    c: &'static RealCluster,
+    pool: String,
     dir: tempfile::TempDir,
-    admin: PathBuf,
 }
 
 fn rfc3339(t: SystemTime) -> String {
@@ -43,37 +49,28 @@ fn ago(secs: u64) -> String {
 
 impl Cluster {
     fn new() -> Cluster {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let srv = rt
-            .block_on(
-                TestApiServer::builder()
-                    .token(ADMIN_TOKEN, User::new("admin", &["system:masters"]))
-                    .start(),
-            )
-            .unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let admin = dir.path().join("admin.kubeconfig");
-        std::fs::write(&admin, srv.kubeconfig_token(ADMIN_TOKEN)).unwrap();
+        let c = RealCluster::shared();
         Cluster {
-            _rt: rt,
-            srv,
-            dir,
-            admin,
+            c,
+            pool: c.unique("pool"),
+            dir: tempfile::tempdir().unwrap(),
         }
+    }
+
+    /// The Node `short` of this pool is named this.
+    fn name(&self, short: &str) -> String {
+        format!("{}-{short}", self.pool)
     }
 
     /// A Node as kubelet registers it, then as the agent writes it: the
     /// sandbox condition (`status`, heartbeat `heartbeat`) beside kubelet's
-    /// `Ready`, and the desired-state annotation.
-    fn node(&self, name: &str, status: &str, heartbeat: &str, desired: Option<&str>) {
-        let mut annotations = json!({});
-        if let Some(d) = desired {
-            annotations["sandbox-readiness.io/desired"] = json!(d);
-        }
+    /// `Ready`, and the desired-state annotation. The first call creates
+    /// the Node with its status (a Node's create keeps status, as kubelet's
+    /// registration relies on); later calls write the status subresource
+    /// and the annotation, as the agent does: an update of the Node itself
+    /// keeps the old status on the real server.
+    fn node(&self, short: &str, status: &str, heartbeat: &str, desired: Option<&str>) {
+        let name = self.name(short);
         let (reason, message) = match status {
             "True" => ("Converged", ""),
             "False" => (
@@ -82,38 +79,55 @@ impl Cluster {
             ),
             _ => ("CanaryNotRun", "the canary has not run yet"),
         };
-        let node = json!({
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}, "annotations": annotations},
-            "spec": {},
-            "status": {
-                "conditions": [
-                    {"type": "Ready", "status": "True", "reason": "KubeletReady",
-                     "message": "kubelet is posting ready status",
-                     "lastHeartbeatTime": ago(5), "lastTransitionTime": ago(3600)},
-                    {"type": TYPE, "status": status, "reason": reason, "message": message,
-                     "lastHeartbeatTime": heartbeat, "lastTransitionTime": ago(3600)}
-                ],
-                "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
-                "nodeInfo": {"kubeletVersion": "v1.32.4", "bootID": "b"}
+        let conditions = json!([
+            {"type": "Ready", "status": "True", "reason": "KubeletReady",
+             "message": "kubelet is posting ready status",
+             "lastHeartbeatTime": ago(5), "lastTransitionTime": ago(3600)},
+            {"type": TYPE, "status": status, "reason": reason, "message": message,
+             "lastHeartbeatTime": heartbeat, "lastTransitionTime": ago(3600)}
+        ]);
+        if self.c.get_node(&name).is_null() {
+            let mut annotations = json!({});
+            if let Some(d) = desired {
+                annotations["sandbox-readiness.io/desired"] = json!(d);
             }
-        });
-        match self.srv.get("v1", "Node", "", name) {
-            None => {
-                self.srv.create(node).unwrap();
-            }
-            Some(_) => {
-                self.srv.put(node).unwrap();
-            }
+            let node = json!({
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, POOL_LABEL: self.pool},
+                             "annotations": annotations},
+                "spec": {},
+                "status": {
+                    "conditions": conditions,
+                    "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+                    "nodeInfo": {"kubeletVersion": "v1.36.3", "bootID": "b"}
+                }
+            });
+            self.c
+                .write("POST", "/api/v1/nodes", "application/json", &node);
+            return;
         }
+        // The annotation first, as a merge patch (null removes it), then
+        // the condition: a reader between the two sees the old one. Over
+        // HTTPS, not kubectl: a kubectl process per write takes a second on
+        // a loaded machine, and the waits below are a few seconds.
+        const MERGE: &str = "application/merge-patch+json";
+        let meta = json!({"metadata": {"annotations": {"sandbox-readiness.io/desired": desired}}});
+        self.c
+            .write("PATCH", &format!("/api/v1/nodes/{name}"), MERGE, &meta);
+        let st = json!({"status": {"conditions": conditions}});
+        self.c
+            .write("PATCH", &format!("/api/v1/nodes/{name}/status"), MERGE, &st);
     }
 
+    /// The pinned kubectl, as the admin, this pool's Nodes.
     fn nodes_cmd(&self) -> String {
         format!(
-            "kubectl --kubeconfig {} --cache-dir {} get nodes -o json",
-            self.admin.display(),
-            self.dir.path().join("kubectl-cache").display()
+            "{} --kubeconfig {} --cache-dir {} get nodes -l {POOL_LABEL}={} -o json",
+            self.c.kubectl_bin().display(),
+            self.c.admin_kubeconfig().display(),
+            self.dir.path().join("kubectl-cache").display(),
+            self.pool
         )
     }
 
@@ -176,6 +190,7 @@ fn cells(row: &str) -> Vec<&str> {
 #[test]
 fn a_pool_is_followed_through_its_node_conditions_to_exit_0() {
     let c = Cluster::new();
+    let (w1, w2, w3) = (c.name("w1"), c.name("w2"), c.name("w3"));
     c.node("w1", "False", &ago(10), Some(COVERS));
     c.node("w2", "True", &ago(10), Some(COVERS));
     // The agent on w3 stopped 20 minutes ago: its True is stale.
@@ -183,19 +198,27 @@ fn a_pool_is_followed_through_its_node_conditions_to_exit_0() {
 
     let (code, out, err) = run(c.check(&[]));
     assert_eq!(code, 1, "{out}{err}");
-    assert_eq!(cells(row(&out, "w1"))[..3], ["w1", "no", "False"], "{out}");
-    assert!(
-        row(&out, "w1").contains("SysctlMismatch: user.max_user_namespaces is 0"),
-        "{out}"
-    );
-    assert_eq!(cells(row(&out, "w2"))[..3], ["w2", "yes", "True"], "{out}");
     assert_eq!(
-        cells(row(&out, "w3"))[..3],
-        ["w3", "unknown", "True"],
+        cells(row(&out, &w1))[..3],
+        [w1.as_str(), "no", "False"],
         "{out}"
     );
     assert!(
-        row(&out, "w3").contains("heartbeat is 20m") && row(&out, "w3").contains("stale after 15m"),
+        row(&out, &w1).contains("SysctlMismatch: user.max_user_namespaces is 0"),
+        "{out}"
+    );
+    assert_eq!(
+        cells(row(&out, &w2))[..3],
+        [w2.as_str(), "yes", "True"],
+        "{out}"
+    );
+    assert_eq!(
+        cells(row(&out, &w3))[..3],
+        [w3.as_str(), "unknown", "True"],
+        "{out}"
+    );
+    assert!(
+        row(&out, &w3).contains("heartbeat is 20m") && row(&out, &w3).contains("stale after 15m"),
         "{out}"
     );
     assert!(
@@ -208,7 +231,7 @@ fn a_pool_is_followed_through_its_node_conditions_to_exit_0() {
     let doc: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(doc["source"], "nodeCondition");
     assert_eq!(doc["nodesConverged"], 0, "{doc}");
-    assert_eq!(doc["nodes"][1]["name"], "w2");
+    assert_eq!(doc["nodes"][1]["name"], w2.as_str());
     assert_eq!(doc["nodes"][1]["status"], "Unknown");
     assert_eq!(doc["nodes"][1]["condition"]["status"], "True");
 
@@ -225,8 +248,12 @@ fn a_pool_is_followed_through_its_node_conditions_to_exit_0() {
     let took = started.elapsed();
     assert_eq!(code, 0, "{out}{err}");
     assert!(took < Duration::from_secs(20), "{took:?}");
-    for n in ["w1", "w2", "w3"] {
-        assert_eq!(cells(row(&out, n))[..3], [n, "yes", "True"], "{out}");
+    for n in [&w1, &w2, &w3] {
+        assert_eq!(
+            cells(row(&out, n))[..3],
+            [n.as_str(), "yes", "True"],
+            "{out}"
+        );
     }
     assert!(out.contains("3/3 converged"), "{out}");
     // The progress on stderr: w1 went from no to yes, w3 from unknown.
@@ -235,10 +262,13 @@ fn a_pool_is_followed_through_its_node_conditions_to_exit_0() {
             .unwrap_or_else(|| panic!("{needle:?} not in:\n{err}"))
     };
     assert!(
-        at("w1 converged no: SysctlMismatch") < at("w1 converged yes"),
+        at(&format!("{w1} converged no: SysctlMismatch")) < at(&format!("{w1} converged yes")),
         "{err}"
     );
-    assert!(at("w3 converged unknown") < at("w3 converged yes"), "{err}");
+    assert!(
+        at(&format!("{w3} converged unknown")) < at(&format!("{w3} converged yes")),
+        "{err}"
+    );
     eprintln!(
         "check --from-node-conditions --wait returned {took:?} after start (flips at 2 s and 3 s)"
     );
@@ -247,6 +277,7 @@ fn a_pool_is_followed_through_its_node_conditions_to_exit_0() {
 #[test]
 fn the_pools_desired_state_must_be_covered_and_wait_times_out_when_it_never_is() {
     let c = Cluster::new();
+    let (w1, w2, w3) = (c.name("w1"), c.name("w2"), c.name("w3"));
     let pool = c.pool_file();
     let pool = pool.to_str().unwrap();
     c.node("w1", "True", &ago(5), Some(COVERS));
@@ -257,17 +288,17 @@ fn the_pools_desired_state_must_be_covered_and_wait_times_out_when_it_never_is()
 
     let (code, out, err) = run(c.check(&["--desired-from", pool]));
     assert_eq!(code, 1, "{out}{err}");
-    assert_eq!(cells(row(&out, "w1"))[..2], ["w1", "yes"], "{out}");
-    let w2 = row(&out, "w2");
-    assert_eq!(cells(w2)[..2], ["w2", "no"], "{out}");
+    assert_eq!(cells(row(&out, &w1))[..2], [w1.as_str(), "yes"], "{out}");
+    let r2 = row(&out, &w2);
+    assert_eq!(cells(r2)[..2], [w2.as_str(), "no"], "{out}");
     assert!(
-        w2.contains("checks less than its pool asks") && w2.contains("user.max_user_namespaces"),
+        r2.contains("checks less than its pool asks") && r2.contains("user.max_user_namespaces"),
         "{out}"
     );
-    let w3 = row(&out, "w3");
-    assert_eq!(cells(w3)[..2], ["w3", "no"], "{out}");
+    let r3 = row(&out, &w3);
+    assert_eq!(cells(r3)[..2], [w3.as_str(), "no"], "{out}");
     assert!(
-        w3.contains("no sandbox-readiness.io/desired annotation"),
+        r3.contains("no sandbox-readiness.io/desired annotation"),
         "{out}"
     );
     assert!(
@@ -288,8 +319,8 @@ fn the_pools_desired_state_must_be_covered_and_wait_times_out_when_it_never_is()
     assert!(started.elapsed() >= Duration::from_secs(3));
     assert!(started.elapsed() < Duration::from_secs(15));
     assert!(err.contains("not converged within 3s"), "{err}");
-    assert_eq!(cells(row(&out, "w3"))[..2], ["w3", "yes"], "{out}");
-    assert_eq!(cells(row(&out, "w2"))[..2], ["w2", "no"], "{out}");
+    assert_eq!(cells(row(&out, &w3))[..2], [w3.as_str(), "yes"], "{out}");
+    assert_eq!(cells(row(&out, &w2))[..2], [w2.as_str(), "no"], "{out}");
     assert!(out.contains("2/3 converged"), "{out}");
 
     // Once w2's agent checks the limit too, the same wait exits 0.

@@ -8,7 +8,7 @@
 //! address, because a Machine lists addresses, not ports.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
@@ -21,8 +21,8 @@ use serde_json::{json, Value};
 
 const SYSCTL: &str = "--sysctl=user.max_user_namespaces=11255";
 const SHOWN: Duration = Duration::from_secs(20);
-const V1BETA1_ROLLOUT: &str = include_str!("fixtures/capi/machines-v1beta1-rollout.json");
-const V1BETA2_ROLLOUT: &str = include_str!("fixtures/capi/machines-v1beta2-rollout.json");
+const V1BETA1_ROLLOUT: &str = include_str!("../fixtures/capi/machines-v1beta1-rollout.json");
+const V1BETA2_ROLLOUT: &str = include_str!("../fixtures/capi/machines-v1beta2-rollout.json");
 const OLD: &str = "kubernetes-tenant-a-md0-6c9b8f7d5x";
 const NEW: &str = "kubernetes-tenant-a-md0-58f4d6c9b7";
 
@@ -265,8 +265,8 @@ fn wait_follows_a_rollout_through_a_reread_kube_nodes_file() {
     follows_a_rollout(Source::KubeNodesFile, 3);
 }
 
-const MD_V1BETA1: &str = include_str!("fixtures/capi/machinedeployment-v1beta1.json");
-const MD_V1BETA2: &str = include_str!("fixtures/capi/machinedeployment-v1beta2.json");
+const MD_V1BETA1: &str = include_str!("../fixtures/capi/machinedeployment-v1beta1.json");
+const MD_V1BETA2: &str = include_str!("../fixtures/capi/machinedeployment-v1beta2.json");
 
 /// A MachineDeployment as `kubectl get machinedeployment -o json` prints it,
 /// scaled to `replicas`.

@@ -1,0 +1,973 @@
+//! `serve --kubeconfig`: real agents on the real kernel (inside `unshare -U
+//! -r`, `user.max_user_namespaces` flipped under them) keep their Node's
+//! condition, labels and desired-state annotation on the REAL
+//! kube-apiserver (tests/support/cluster.rs: v1.36.3 with Node,RBAC
+//! authorization and NodeRestriction, Nodes registered with kubelet's own
+//! credentials), and the pinned kubectl v1.36.3 reads them: `kubectl wait
+//! --for=condition=…` returns after the flip and times out before, `kubectl
+//! get nodes -L` lists the labels. The kubelet's `Ready` survives every
+//! write; a restart keeps `lastTransitionTime` (every write after it, as the
+//! audit log holds them, said True); a node credential for another Node is
+//! refused by the real Node authorizer on the read, and — where RBAC lets
+//! it read — by the real NodeRestriction on the write, and the agent says
+//! so; a rotated kubelet certificate is used for the next write without a
+//! restart (the audit log names the credential); an API server that is
+//! stopped and started again is written again; a runsc handler whose shim
+//! is removed and restored against the test containerd turns the condition
+//! False and the handler's label not-ready, then back.
+//!
+//! What the real server cannot do on demand stays on test-api/ (the
+//! imitation), in the section at the end, until the fault proxy sits in
+//! front of the real server: scripted 503/429/500 answers, a server that
+//! accepts and never answers, and revoking a certificate by its serial
+//! (kube-apiserver has no CRL).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::common;
+use crate::support;
+
+use std::{
+    path::Path,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use common::{Agent, AgentSpec, BIN};
+use serde_json::{json, Value};
+use support::cluster::{credential_id, poll, AuditEvent, RealCluster};
+
+const TYPE: &str = "sandbox-readiness.io/SandboxReady";
+const LIMIT_OK: &str = "user.max_user_namespaces=11255";
+/// The agent's User-Agent (src/kube/client.rs): its writes in the audit log.
+const AGENT_UA: &str = "sandbox-readiness/";
+
+fn node(c: &RealCluster, name: &str) -> Value {
+    c.get_node(name)
+}
+
+fn condition(c: &RealCluster, name: &str, type_: &str) -> Option<Value> {
+    node(c, name)["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|x| x["type"] == type_)
+        .cloned()
+}
+
+fn status_of(c: &RealCluster, name: &str) -> Option<String> {
+    condition(c, name, TYPE).and_then(|x| x["status"].as_str().map(str::to_string))
+}
+
+fn label(c: &RealCluster, name: &str, key: &str) -> Option<String> {
+    node(c, name)["metadata"]["labels"][key]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// The agent's writes on Node `name` (either resource) after `mark`, as
+/// the audit log has them.
+fn agent_writes(c: &RealCluster, mark: usize, name: &str) -> Vec<AuditEvent> {
+    c.audit_writes_since(mark, |e| {
+        e["objectRef"]["resource"] == "nodes"
+            && e["objectRef"]["name"] == name
+            && e["userAgent"]
+                .as_str()
+                .is_some_and(|u| u.starts_with(AGENT_UA))
+    })
+}
+
+/// [`agent_writes`] once `done` holds for them (the audit log may lag a
+/// read that already shows the write).
+fn agent_writes_until(
+    c: &RealCluster,
+    mark: usize,
+    name: &str,
+    done: impl Fn(&[AuditEvent]) -> bool,
+) -> Vec<AuditEvent> {
+    c.audit_wait(
+        Duration::from_secs(10),
+        mark,
+        |e| {
+            e["objectRef"]["resource"] == "nodes"
+                && e["objectRef"]["name"] == name
+                && e["userAgent"]
+                    .as_str()
+                    .is_some_and(|u| u.starts_with(AGENT_UA))
+        },
+        done,
+    )
+}
+
+/// The sandbox statuses the status writes among `writes` sent.
+fn statuses_sent(writes: &[AuditEvent]) -> Vec<&str> {
+    writes
+        .iter()
+        .filter(|e| is_status_write(e))
+        .filter_map(sent_status)
+        .collect()
+}
+
+fn is_status_write(e: &AuditEvent) -> bool {
+    e["objectRef"]["subresource"] == "status"
+}
+
+fn http_code(e: &AuditEvent) -> i64 {
+    e["responseStatus"]["code"].as_i64().unwrap_or(-1)
+}
+
+/// The sandbox condition's status a status write sent (its patch body).
+fn sent_status(e: &AuditEvent) -> Option<&str> {
+    e["requestObject"]["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|x| x["type"] == TYPE)?["status"]
+        .as_str()
+}
+
+fn writer_agent(limit: u32, kubeconfig: &Path, extra: &[&str]) -> Agent {
+    let mut args = vec![
+        "--poll-interval",
+        "300ms",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--node-resync",
+        "1s",
+    ];
+    args.extend_from_slice(extra);
+    Agent::spawn(AgentSpec::new(Some(limit), &args))
+}
+
+/// `kubectl wait --for=condition=TYPE node/NAME --timeout=30s` (the pinned
+/// kubectl), started.
+fn kubectl_waiter(c: &RealCluster, node: &str) -> std::process::Child {
+    c.kubectl_cmd(&[
+        "wait",
+        &format!("--for=condition={TYPE}"),
+        &format!("node/{node}"),
+        "--timeout=30s",
+    ])
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap()
+}
+
+/// `kubectl wait … --timeout=2s` before the condition holds: exit 1, timed
+/// out.
+fn kubectl_wait_times_out(c: &RealCluster, node: &str) {
+    let (code, _, err) = c.kubectl(&[
+        "wait",
+        &format!("--for=condition={TYPE}"),
+        &format!("node/{node}"),
+        "--timeout=2s",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("timed out"), "{err}");
+}
+
+/// The row of `node` in `kubectl get nodes` output (the shared cluster
+/// lists every test's Nodes).
+fn row<'a>(out: &'a str, node: &str) -> Option<&'a str> {
+    out.lines()
+        .find(|l| l.split_whitespace().next() == Some(node))
+}
+
+#[test]
+fn the_condition_follows_the_limit_and_kubectl_waits_for_it() {
+    let c = RealCluster::shared();
+    let (n, kc) = c.new_node("cond");
+    let ready_before = condition(c, &n, "Ready").unwrap();
+    let exec = Instant::now();
+    let agent = writer_agent(0, &kc, &["--sysctl", LIMIT_OK, "--require-userns"]);
+
+    poll(Duration::from_secs(20), "condition False", || {
+        status_of(c, &n).as_deref() == Some("False")
+    });
+    eprintln!(
+        "serve exec → first condition on the Node: {:?}",
+        exec.elapsed()
+    );
+    let cond = condition(c, &n, TYPE).unwrap();
+    assert_eq!(cond["reason"], "SysctlMismatch", "{cond}");
+    assert!(
+        cond["message"]
+            .as_str()
+            .unwrap()
+            .contains("user.max_user_namespaces is 0, expected 11255"),
+        "{cond}"
+    );
+    assert_eq!(condition(c, &n, "Ready").unwrap(), ready_before);
+    // The desired-state annotation, in the library's form (written right
+    // after the condition).
+    poll(
+        Duration::from_secs(5),
+        "the desired-state annotation",
+        || node(c, &n)["metadata"]["annotations"]["sandbox-readiness.io/desired"].is_string(),
+    );
+    let ann = node(c, &n)["metadata"]["annotations"]["sandbox-readiness.io/desired"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let parsed = sandbox_readiness::desired::from_annotation(&ann).unwrap();
+    assert!(parsed.require_userns, "{ann}");
+    assert_eq!(parsed.sysctls.len(), 1, "{ann}");
+
+    // Before the flip kubectl's wait times out (exit 1).
+    kubectl_wait_times_out(c, &n);
+
+    // The flip: kubectl wait returns within 3 s of it.
+    let waiter = kubectl_waiter(c, &n);
+    // kubectl has started its watch before the limit moves.
+    std::thread::sleep(Duration::from_millis(700));
+    let flipped = Instant::now();
+    agent.set_limit(11255);
+    let out = waiter.wait_with_output().unwrap();
+    let took = flipped.elapsed();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&format!("node/{n} condition met")),
+        "{out:?}"
+    );
+    assert!(took <= Duration::from_secs(3), "kubectl wait took {took:?}");
+    eprintln!("flip → kubectl wait returned: {took:?}");
+    let t = condition(c, &n, TYPE).unwrap();
+    assert_eq!(t["reason"], "Converged", "{t}");
+    assert_eq!(condition(c, &n, "Ready").unwrap(), ready_before);
+
+    // And back.
+    agent.set_limit(0);
+    poll(Duration::from_secs(5), "condition False again", || {
+        status_of(c, &n).as_deref() == Some("False")
+    });
+    assert_eq!(condition(c, &n, "Ready").unwrap(), ready_before);
+    let f = condition(c, &n, TYPE).unwrap();
+    assert_ne!(f["lastTransitionTime"], t["lastTransitionTime"], "{f}");
+
+    // What the server recorded: every write the agent made was its own
+    // Node's, with kubelet's credential, and accepted; one status write per
+    // change (False, True, False) and the metadata patch.
+    let writes = agent_writes_until(c, 0, &n, |w| statuses_sent(w).len() >= 3);
+    assert!(
+        writes
+            .iter()
+            .all(|e| http_code(e) == 200 && e["user"]["username"] == format!("system:node:{n}")),
+        "{writes:#?}"
+    );
+    assert_eq!(
+        statuses_sent(&writes),
+        ["False", "True", "False"],
+        "{writes:#?}"
+    );
+    assert!(
+        writes
+            .iter()
+            .any(|e| !is_status_write(e) && e["verb"] == "patch"),
+        "no metadata patch: {writes:#?}"
+    );
+}
+
+#[test]
+fn a_restart_keeps_the_transition_time_and_does_not_flap() {
+    let c = RealCluster::shared();
+    let (n, kc) = c.new_node("restart");
+    let desired = ["--sysctl", LIMIT_OK, "--require-userns"];
+    let mut agent = writer_agent(11255, &kc, &desired);
+    poll(Duration::from_secs(20), "condition True", || {
+        status_of(c, &n).as_deref() == Some("True")
+    });
+    let first = condition(c, &n, TYPE).unwrap();
+    agent.kill();
+    // Heartbeats are stamped to the second: the restarted one is later.
+    std::thread::sleep(Duration::from_millis(1100));
+    let mark = c.audit_mark();
+    let _agent = writer_agent(11255, &kc, &desired);
+    poll(
+        Duration::from_secs(20),
+        "a heartbeat after the restart",
+        || {
+            condition(c, &n, TYPE)
+                .is_some_and(|x| x["lastHeartbeatTime"] != first["lastHeartbeatTime"])
+        },
+    );
+    let after = condition(c, &n, TYPE).unwrap();
+    assert_eq!(after["status"], "True");
+    assert_eq!(after["lastTransitionTime"], first["lastTransitionTime"]);
+    // Never Unknown in between: every status write after the restart, as
+    // the server recorded it, said True and was accepted.
+    let writes: Vec<_> = agent_writes_until(c, mark, &n, |w| !statuses_sent(w).is_empty())
+        .into_iter()
+        .filter(is_status_write)
+        .collect();
+    assert!(
+        writes
+            .iter()
+            .all(|e| http_code(e) == 200 && sent_status(e) == Some("True")),
+        "{writes:#?}"
+    );
+    assert_eq!(status_of(c, &n).as_deref(), Some("True"));
+}
+
+#[test]
+fn handler_labels_follow_and_kubectl_lists_them() {
+    let c = RealCluster::shared();
+    let (n, kc) = c.new_node("labels");
+    // No CRI here: runsc's own finding is CRI_UNREACHABLE (unknown); the
+    // sysctl is node-wide, so at 0 the label is not-ready.
+    let agent = writer_agent(
+        0,
+        &kc,
+        &[
+            "--sysctl",
+            LIMIT_OK,
+            "--require-runtime-handler",
+            "runsc",
+            "--handler-labels",
+            "--cri-endpoint",
+            "unix:///nonexistent/containerd.sock",
+        ],
+    );
+    let runsc = || label(c, &n, "sandbox-readiness.io/runsc");
+    poll(Duration::from_secs(20), "label not-ready", || {
+        runsc().as_deref() == Some("not-ready")
+    });
+    let (code, out, err) = c.kubectl(&["get", "nodes", "-L", "sandbox-readiness.io/runsc"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.lines().next().unwrap().ends_with("RUNSC"), "{out}");
+    assert!(
+        row(&out, &n).is_some_and(|l| l.ends_with("not-ready")),
+        "{out}"
+    );
+    let owned = node(c, &n)["metadata"]["annotations"]["sandbox-readiness.io/owned-labels"].clone();
+    assert_eq!(owned, json!("[\"sandbox-readiness.io/runsc\"]"));
+
+    agent.set_limit(11255);
+    poll(Duration::from_secs(5), "label unknown", || {
+        runsc().as_deref() == Some("unknown")
+    });
+    // Only CRI_UNREACHABLE is left: the condition is Unknown, not False.
+    assert_eq!(status_of(c, &n).as_deref(), Some("Unknown"));
+    let cond = condition(c, &n, TYPE).unwrap();
+    assert_eq!(cond["reason"], "CriUnreachable", "{cond}");
+    // kubelet's own labels are never touched: all five as registered.
+    let labels = &node(c, &n)["metadata"]["labels"];
+    assert_eq!(labels["kubernetes.io/hostname"], n.as_str());
+    for k in [
+        "kubernetes.io/os",
+        "kubernetes.io/arch",
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+    ] {
+        assert!(labels[k].is_string(), "{k}: {labels}");
+    }
+    // The label writes are merge patches of the Node itself, by kubelet's
+    // credential, accepted by NodeRestriction (a node may set labels
+    // outside kubernetes.io / k8s.io on itself).
+    let meta: Vec<_> = agent_writes_until(c, 0, &n, |w| {
+        w.iter().filter(|e| !is_status_write(e)).count() >= 2
+    })
+    .into_iter()
+    .filter(|e| !is_status_write(e))
+    .collect();
+    assert!(meta.iter().all(|e| http_code(e) == 200), "{meta:#?}");
+}
+
+/// An agent with Node `a`'s credential and `--node-name b`: `(the 403 line
+/// it logged, the agent)`.
+fn wrong_node(c: &RealCluster, a: &str, kc: &Path, b: &str, needle: &str) -> (String, Agent) {
+    let agent = writer_agent(
+        11255,
+        kc,
+        &[
+            "--sysctl",
+            LIMIT_OK,
+            "--node-name",
+            b,
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let line = agent.log().wait_line(needle, Duration::from_secs(20));
+    assert!(line.contains("forbidden") && line.contains(b), "{line}");
+    assert_eq!(status_of(c, b), None);
+    assert_eq!(status_of(c, a), None);
+    let metrics = http_get(agent.metrics_addr(), "/metrics");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l
+                .starts_with("sandbox_readiness_node_write_failures_total{reason=\"forbidden\"} ")),
+        "{metrics}"
+    );
+    (line, agent)
+}
+
+#[test]
+fn another_nodes_credential_is_refused_by_the_node_authorizer_and_node_restriction() {
+    let c = RealCluster::shared();
+    // 1.36's Node authorizer (selector authorization, on since 1.32) lets a
+    // node read only its own Node: the read is refused.
+    let (a, kc) = c.new_node("wrong-a");
+    let (b, _) = c.new_node("wrong-b");
+    let (line, agent) = wrong_node(c, &a, &kc, &b, "only its own Node object");
+    assert!(line.contains("GET"), "{line}");
+    drop(agent);
+
+    // Where RBAC lets the node read every Node (a ClusterRole someone bound
+    // to it, as before 1.32), the read passes and the write is refused by
+    // the real NodeRestriction admission plugin.
+    let (a, kc) = c.new_node("wrong-a");
+    let (b, _) = c.new_node("wrong-b");
+    let role = c.unique("read-nodes");
+    c.kubectl_ok(
+        &[
+            "create",
+            "clusterrole",
+            &role,
+            "--verb=get,list,watch",
+            "--resource=nodes",
+        ],
+        None,
+    );
+    c.kubectl_ok(
+        &[
+            "create",
+            "clusterrolebinding",
+            &role,
+            &format!("--clusterrole={role}"),
+            &format!("--user=system:node:{a}"),
+        ],
+        None,
+    );
+    // RBAC's caches have the binding once the node can read b.
+    poll(Duration::from_secs(10), "RBAC lets the node read b", || {
+        let (code, _, _) = c.kubectl(&["--kubeconfig", kc.to_str().unwrap(), "get", "node", &b]);
+        code == 0
+    });
+    let mark = c.audit_mark();
+    let (line, agent) = wrong_node(c, &a, &kc, &b, "not allowed to modify node");
+    assert!(line.contains("PATCH"), "{line}");
+    // Logged once per state change, not once per retry.
+    std::thread::sleep(Duration::from_secs(4));
+    let log = agent.log().text();
+    assert_eq!(
+        log.matches("not allowed to modify node").count(),
+        1,
+        "{log}"
+    );
+    // The server saw the agent's writes on b, with a's credential, and
+    // refused every one (the retries: more than one).
+    let writes = agent_writes(c, mark, &b);
+    assert!(writes.len() >= 2, "{writes:#?}");
+    assert!(
+        writes.iter().all(|e| http_code(e) == 403
+            && e["user"]["username"] == format!("system:node:{a}")
+            && e["responseStatus"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("is not allowed to modify node"))),
+        "{writes:#?}"
+    );
+}
+
+#[test]
+fn a_rotated_certificate_is_used_for_the_next_write_without_a_restart() {
+    let c = RealCluster::shared();
+    let n = c.unique("rotate");
+    c.node(&n);
+    let dir = tempfile::tempdir().unwrap();
+    let (kc, old) = c.kubelet_credential(&n, dir.path());
+    let agent = writer_agent(0, &kc, &["--sysctl", LIMIT_OK]);
+    poll(Duration::from_secs(20), "condition False", || {
+        status_of(c, &n).as_deref() == Some("False")
+    });
+    // The first status write and the metadata patch after it, both in the
+    // audit log: nothing of the first certificate's is still in flight.
+    let before = agent_writes_until(c, 0, &n, |w| {
+        w.iter().any(is_status_write) && w.iter().any(|e| !is_status_write(e))
+    });
+    assert!(
+        before
+            .iter()
+            .all(|e| credential_id(e) == Some(&format!("X509SHA256={old}"))),
+        "the first writes were not made with the first certificate {old}: {before:#?}"
+    );
+    // kubelet rotates: a new certificate and key, the symlink re-pointed.
+    // The old one stays valid (the real server has no revocation list): the
+    // audit log shows which one the agent presented.
+    let (_, new) = c.kubelet_credential(&n, dir.path());
+    assert_ne!(new, old);
+    let mark = c.audit_mark();
+    agent.set_limit(11255);
+    poll(Duration::from_secs(10), "condition True", || {
+        status_of(c, &n).as_deref() == Some("True")
+    });
+    let after = agent_writes_until(c, mark, &n, |w| statuses_sent(w).contains(&"True"));
+    assert!(
+        after
+            .iter()
+            .all(|e| http_code(e) == 200 && credential_id(e) == Some(&format!("X509SHA256={new}"))),
+        "old {old}, new {new}: {after:#?}"
+    );
+}
+
+#[test]
+fn a_stopped_api_server_is_written_again_once_it_is_back() {
+    // An outage of its own: the shared server keeps serving the others.
+    let c = RealCluster::private();
+    let (n, kc) = c.new_node("outage");
+    let agent = writer_agent(
+        11255,
+        &kc,
+        &["--sysctl", LIMIT_OK, "--metrics-listen", "127.0.0.1:0"],
+    );
+    poll(Duration::from_secs(20), "condition True", || {
+        status_of(&c, &n).as_deref() == Some("True")
+    });
+    let down = Instant::now();
+    c.stop();
+    agent.set_limit(0);
+    agent
+        .log()
+        .wait_line("cannot connect", Duration::from_secs(10));
+    c.start();
+    eprintln!("API server down for {:?}", down.elapsed());
+    // The writer's backoff doubles from 1 s: after a few seconds' outage
+    // the next attempt is at most ~16 s away.
+    poll(
+        Duration::from_secs(40),
+        "condition False after the outage",
+        || status_of(&c, &n).as_deref() == Some("False"),
+    );
+    eprintln!("written again {:?} after the stop", down.elapsed());
+    let log = agent.log().text();
+    assert!(log.contains("writing to the Node again"), "{log}");
+    let metrics = http_get(agent.metrics_addr(), "/metrics");
+    assert!(
+        metrics.contains("sandbox_readiness_node_write_failures_total{reason=\"connect\"}"),
+        "{metrics}"
+    );
+    // The server, which kept its data, has the False the agent wrote after
+    // it came back, and the True from before.
+    let writes = agent_writes_until(&c, 0, &n, |w| statuses_sent(w).last() == Some(&"False"));
+    let said = statuses_sent(&writes);
+    assert_eq!(said.first(), Some(&"True"), "{said:?}");
+}
+
+#[test]
+fn a_re_registered_node_is_written_again_and_a_wrong_boot_id_is_not() {
+    let c = RealCluster::shared();
+    let (n, kc) = c.new_node("rereg");
+    let agent = writer_agent(
+        11255,
+        &kc,
+        &[
+            "--sysctl",
+            LIMIT_OK,
+            "--require-runtime-handler",
+            "runc",
+            "--handler-labels",
+            "--cri-endpoint",
+            "unix:///nonexistent.sock",
+        ],
+    );
+    poll(
+        Duration::from_secs(20),
+        "condition and label written",
+        || status_of(c, &n).is_some() && label(c, &n, "sandbox-readiness.io/runc").is_some(),
+    );
+    let uid = node(c, &n)["metadata"]["uid"].clone();
+    c.kubectl_ok(&["delete", "node", &n, "--wait=true"], None);
+    c.node(&n);
+    assert_ne!(node(c, &n)["metadata"]["uid"], uid);
+    poll(
+        Duration::from_secs(20),
+        "condition and labels written again",
+        || status_of(c, &n).is_some() && label(c, &n, "sandbox-readiness.io/runc").is_some(),
+    );
+    assert!(agent.log().text().contains("re-registered"));
+
+    // A Node of another boot: nothing is written.
+    let (other, kc2) = c.new_node("boot");
+    c.kubectl_ok(
+        &[
+            "patch",
+            "node",
+            &other,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"nodeInfo":{"bootID":"00000000-0000-0000-0000-000000000000"}}}"#,
+        ],
+        None,
+    );
+    let agent2 = writer_agent(11255, &kc2, &["--sysctl", LIMIT_OK]);
+    agent2
+        .log()
+        .wait_line("writing nothing", Duration::from_secs(20));
+    assert_eq!(status_of(c, &other), None);
+    assert!(agent_writes(c, 0, &other).is_empty());
+}
+
+#[test]
+fn a_removed_runsc_shim_is_false_and_not_ready_until_it_is_restored() {
+    use support::containerd::{import_pause, runc_shim_as_runsc, Containerd, Options, PAUSE_IMAGE};
+    // containerd 2.1 with Talos's gVisor handler, its shim in a directory
+    // of the test's on containerd's PATH, where the agent observes it too.
+    let shims = tempfile::tempdir().unwrap();
+    let shim = runc_shim_as_runsc(shims.path());
+    let stash = tempfile::tempdir().unwrap();
+    let stashed = stash.path().join("containerd-shim-runsc-v1");
+    let ctd = Containerd::start(
+        Options::containerd2_with_runsc()
+            .pod_sandboxes(PAUSE_IMAGE)
+            .runsc_shim_in(shims.path().to_path_buf()),
+    );
+    import_pause(&ctd);
+    let c = RealCluster::shared();
+    let (n, kc) = c.new_node("shim");
+    // The shim is seen at each full observation (--probe-interval, 30 s by
+    // default): every second here.
+    let _agent = Agent::spawn(AgentSpec::new(
+        None,
+        &[
+            "--poll-interval",
+            "300ms",
+            "--probe-interval",
+            "1s",
+            "--kubeconfig",
+            kc.to_str().unwrap(),
+            "--node-resync",
+            "1s",
+            "--host-root",
+            ctd.dir().to_str().unwrap(),
+            "--cri-endpoint",
+            &ctd.endpoint(),
+            "--runsc-path",
+            "/usr/bin/runsc",
+            "--shim-path",
+            shim.to_str().unwrap(),
+            "--require-runtime-handler",
+            "runsc",
+            "--require-canary",
+            "runsc",
+            "--allow-canary",
+            "runsc",
+            "--handler-labels",
+        ],
+    ));
+    let runsc = || label(c, &n, "sandbox-readiness.io/runsc");
+    // With the shim: the canary passes through it, the node converges.
+    poll(
+        Duration::from_secs(30),
+        "condition True, runsc ready",
+        || status_of(c, &n).as_deref() == Some("True") && runsc().as_deref() == Some("ready"),
+    );
+
+    // The shim removed: False, naming it; the handler not-ready.
+    std::fs::rename(&shim, &stashed).unwrap();
+    poll(
+        Duration::from_secs(5),
+        "condition False, runsc not-ready",
+        || status_of(c, &n).as_deref() == Some("False") && runsc().as_deref() == Some("not-ready"),
+    );
+    let cond = condition(c, &n, TYPE).unwrap();
+    assert_eq!(cond["reason"], "RuntimeShimMissing", "{cond}");
+    let msg = cond["message"].as_str().unwrap();
+    assert!(msg.contains("containerd-shim-runsc-v1"), "{cond}");
+    assert!(msg.contains("handler runsc"), "{cond}");
+    let (code, out, err) = c.kubectl(&["get", "nodes", "-L", "sandbox-readiness.io/runsc"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        row(&out, &n).is_some_and(|l| l.ends_with("not-ready")),
+        "{out}"
+    );
+    kubectl_wait_times_out(c, &n);
+
+    // Restored: kubectl's wait returns, the label is ready again.
+    let waiter = kubectl_waiter(c, &n);
+    std::thread::sleep(Duration::from_millis(700));
+    let restored = Instant::now();
+    std::fs::rename(&stashed, &shim).unwrap();
+    let out = waiter.wait_with_output().unwrap();
+    let took = restored.elapsed();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&format!("node/{n} condition met")),
+        "{out:?}"
+    );
+    assert!(took <= Duration::from_secs(3), "kubectl wait took {took:?}");
+    eprintln!("shim restored → kubectl wait returned: {took:?}");
+    assert_eq!(condition(c, &n, TYPE).unwrap()["reason"], "Converged");
+    poll(Duration::from_secs(5), "runsc ready again", || {
+        runsc().as_deref() == Some("ready")
+    });
+}
+
+/// No API server at all: the refusals come before any request.
+#[test]
+fn start_up_refusals_exit_2_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    common::ca::Ca::new(dir.path());
+    let token = dir.path().join("token.kubeconfig");
+    let secret = "a-secret-bearer-token";
+    std::fs::write(
+        &token,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: {}\nusers:\n- name: u\n  user:\n    token: {secret}\ncontexts:\n- name: u@c\n  context: {{cluster: c, user: u}}\ncurrent-context: u@c\n",
+            common::refused_port(),
+            dir.path().join("ca.pem").display()
+        ),
+    )
+    .unwrap();
+    let token = token.to_str().unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--kubeconfig", token], "needs a desired state"),
+        (
+            vec!["--kubeconfig", token, "--require-userns"],
+            "give --node-name",
+        ),
+        (
+            vec![
+                "--kubeconfig",
+                token,
+                "--require-userns",
+                "--node-name",
+                "worker-1",
+                "--condition-type",
+                "not a type",
+            ],
+            "condition type",
+        ),
+    ];
+    for (args, want) in cases {
+        let out = Command::new(BIN)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(!err.contains(secret), "{err}");
+    }
+}
+
+/// GET over plain HTTP/1.1 (the metrics port).
+fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    raw.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or(raw)
+}
+
+// ------------------------------------------------------------------------
+// On test-api/ (the imitation) for now: what the real kube-apiserver cannot
+// be made to do on demand. The fault proxy (front-proxy credentials in
+// pki/, controlplane/README.md) is to sit in front of the real server and
+// take these over: scripted 503/429/500 answers with Retry-After, a server
+// that accepts connections and never answers, and a certificate refused by
+// its serial (kube-apiserver checks only the chain and the validity period:
+// it has no revocation list).
+
+mod imitation {
+    use super::{http_get, writer_agent, LIMIT_OK, TYPE};
+    use crate::common::{self, wait_until};
+
+    use std::{
+        path::PathBuf,
+        time::{Duration, Instant},
+    };
+
+    use serde_json::Value;
+    use test_api::{ClientCert, NodeAuthzMode, Scripted, TestApiServer, User};
+
+    const ADMIN_TOKEN: &str = "admin-token";
+
+    /// The test API server on a runtime of its own (the test thread blocks
+    /// in waits and child processes), and a private directory for
+    /// kubeconfigs.
+    struct Cluster {
+        _rt: tokio::runtime::Runtime,
+        srv: TestApiServer,
+        dir: tempfile::TempDir,
+    }
+
+    fn boot_id() -> String {
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+
+    impl Cluster {
+        fn new() -> Cluster {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            let srv = rt
+                .block_on(
+                    TestApiServer::builder()
+                        .token(ADMIN_TOKEN, User::new("admin", &["system:masters"]))
+                        .node_authz(NodeAuthzMode::SelectorRestricted)
+                        .start(),
+                )
+                .unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            Cluster { _rt: rt, srv, dir }
+        }
+
+        /// A Node as kubelet registers it: `Ready` and this boot's bootID.
+        fn register(&self, name: &str, boot: &str) {
+            self.srv.create(common::kubelet_node(name, boot)).unwrap();
+        }
+
+        fn node(&self, name: &str) -> Value {
+            self.srv.get("v1", "Node", "", name).unwrap_or(Value::Null)
+        }
+
+        fn status_of(&self, name: &str) -> Option<String> {
+            self.node(name)["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == TYPE)
+                .and_then(|c| c["status"].as_str().map(str::to_string))
+        }
+
+        /// Kubelet's credential for `node`, laid out as on Talos.
+        fn kubelet_kubeconfig(&self, node: &str, sub: &str) -> (PathBuf, ClientCert) {
+            let c = self
+                .srv
+                .client_cert(&format!("system:node:{node}"), &["system:nodes"]);
+            let path = self
+                .srv
+                .kubeconfig_kubelet_style(&self.dir.path().join(sub), &c)
+                .unwrap();
+            (path, c)
+        }
+    }
+
+    #[test]
+    fn a_revoked_old_certificate_is_replaced_by_the_rotated_one_without_a_restart() {
+        let c = Cluster::new();
+        c.register("worker-1", &boot_id());
+        let (kc, old) = c.kubelet_kubeconfig("worker-1", "kubelet");
+        let agent = writer_agent(0, &kc, &["--sysctl", LIMIT_OK]);
+        wait_until(Duration::from_secs(20), "condition False", || {
+            c.status_of("worker-1").as_deref() == Some("False")
+        });
+        // kubelet rotates: a new PEM, the symlink re-pointed; the old serial
+        // is rejected from now on (what the real server cannot do).
+        let (_, new) = c.kubelet_kubeconfig("worker-1", "kubelet");
+        c.srv.revoke(old.serial);
+        c.srv.clear_requests();
+        agent.set_limit(11255);
+        wait_until(
+            Duration::from_secs(10),
+            "condition True with the new certificate",
+            || c.status_of("worker-1").as_deref() == Some("True"),
+        );
+        assert_ne!(new.serial, old.serial);
+        let reqs = c.srv.requests();
+        assert!(
+            reqs.iter().any(|r| r.method == "PATCH"
+                && r.status == 200
+                && r.user.as_deref() == Some("system:node:worker-1")),
+            "{reqs:?}"
+        );
+    }
+
+    #[test]
+    fn scripted_faults_are_retried_then_written() {
+        let c = Cluster::new();
+        c.register("worker-1", &boot_id());
+        let (kc, _) = c.kubelet_kubeconfig("worker-1", "kubelet");
+        let agent = writer_agent(
+            0,
+            &kc,
+            &["--sysctl", LIMIT_OK, "--metrics-listen", "127.0.0.1:0"],
+        );
+        wait_until(Duration::from_secs(20), "condition False", || {
+            c.status_of("worker-1").as_deref() == Some("False")
+        });
+        c.srv.faults().script(
+            "PATCH",
+            "/api/v1/nodes/worker-1/status",
+            vec![
+                Scripted::status(503),
+                Scripted::too_many_requests(1),
+                Scripted::status(500),
+            ],
+        );
+        let flipped = Instant::now();
+        agent.set_limit(11255);
+        wait_until(
+            Duration::from_secs(20),
+            "condition True after 503, 429, 500",
+            || c.status_of("worker-1").as_deref() == Some("True"),
+        );
+        eprintln!("written after three faults in {:?}", flipped.elapsed());
+        let metrics = http_get(agent.metrics_addr(), "/metrics");
+        for reason in ["server_error", "throttled"] {
+            assert!(
+                metrics.contains(&format!(
+                    "sandbox_readiness_node_write_failures_total{{reason=\"{reason}\"}}"
+                )),
+                "{reason}\n{metrics}"
+            );
+        }
+        // A server that goes away and comes back: the real one,
+        // a_stopped_api_server_is_written_again_once_it_is_back.
+    }
+
+    #[test]
+    fn a_hung_api_server_delays_neither_answers_nor_sigterm() {
+        let c = Cluster::new();
+        c.register("worker-1", &boot_id());
+        let (kc, _) = c.kubelet_kubeconfig("worker-1", "kubelet");
+        c.srv.faults().hung();
+        let mut agent = writer_agent(11255, &kc, &["--sysctl", LIMIT_OK]);
+        // The writer waits on the API server; the agent answers at once.
+        let asked = Instant::now();
+        let run = common::check(
+            &common::args(&["-n", &agent.addr.to_string(), "--sysctl", LIMIT_OK]),
+            Duration::from_secs(10),
+        );
+        assert_eq!(run.code(), 0, "{run:?}");
+        assert!(
+            asked.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            asked.elapsed()
+        );
+        assert_eq!(c.status_of("worker-1"), None);
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(agent.pid()).unwrap());
+        let sent = Instant::now();
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        wait_until(Duration::from_secs(5), "the agent exits on SIGTERM", || {
+            agent.child.try_wait().unwrap().is_some()
+        });
+        assert!(
+            sent.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            sent.elapsed()
+        );
+        assert!(agent.child.try_wait().unwrap().unwrap().success());
+    }
+}

@@ -1,0 +1,649 @@
+//! The real Kubernetes control plane for the wire-facing tests: etcd,
+//! kube-apiserver (Node,RBAC authorization, NodeRestriction, client
+//! certificates, an audit log of every write) and kube-controller-manager,
+//! built from the upstream Go modules at pinned versions
+//! (controlplane/README.md) and run by scripts/control-plane.sh.
+//!
+//! [`RealCluster::shared`] starts one per test binary, lazily, the first
+//! time a test asks, and every test of the binary shares it: a test makes
+//! its Nodes with [`RealCluster::new_node`] (unique names) and finds them
+//! by name or by a label of its own, never by position in a list.
+//! [`RealCluster::private`] is a cluster of the test's own, for what would
+//! disturb the others (stopping the API server); it goes down on drop.
+//!
+//! A cluster that cannot start FAILS the test with the one line the script
+//! printed: these tests exist to run against the real server, they never
+//! pass without it. Each cluster has a watchdog, a small shell in a session
+//! of its own that runs `control-plane.sh down` once the test process is
+//! gone, so a panic, an abort or a SIGKILL of the test binary leaves no
+//! etcd or kube-apiserver behind.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{
+        atomic::{AtomicU32, Ordering},
+        Arc, Mutex, OnceLock,
+    },
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+static SHARED: OnceLock<Result<RealCluster, String>> = OnceLock::new();
+/// Node names and namespaces are unique within the test process (the
+/// shared cluster lives as long as it).
+static UNIQUE: AtomicU32 = AtomicU32::new(0);
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn script(name: &str) -> PathBuf {
+    repo().join("scripts").join(name)
+}
+
+fn first_line(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    text.lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("(it printed nothing)")
+        .to_string()
+}
+
+/// The bin dir of the pinned, already built control plane
+/// (`scripts/build-control-plane.sh path`), or its one-line refusal.
+pub fn bin_dir() -> Result<PathBuf, String> {
+    if let Some(b) = std::env::var_os("SR_CONTROL_PLANE_BIN").filter(|b| !b.is_empty()) {
+        return Ok(PathBuf::from(b));
+    }
+    let out = Command::new(script("build-control-plane.sh"))
+        .arg("path")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| {
+            format!("real control plane: cannot run scripts/build-control-plane.sh: {e}")
+        })?;
+    if !out.status.success() {
+        return Err(format!("real control plane: {}", first_line(&out.stderr)));
+    }
+    Ok(PathBuf::from(
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+    ))
+}
+
+/// One write as the audit log recorded it (level Request: the body is in
+/// `requestObject`).
+pub type AuditEvent = Value;
+
+/// A running control plane in a directory of its own.
+pub struct RealCluster {
+    dir: PathBuf,
+    bin: PathBuf,
+    admin: PathBuf,
+    private: bool,
+    watchdog: Mutex<Option<Child>>,
+    /// The admin's TLS client, built once.
+    tls: OnceLock<Arc<tokio_rustls::rustls::ClientConfig>>,
+    port: u16,
+}
+
+impl RealCluster {
+    /// The cluster every test of this binary shares, started by the first
+    /// test that asks. Fails the test (every test that asks) when it cannot
+    /// start.
+    pub fn shared() -> &'static RealCluster {
+        match SHARED.get_or_init(|| RealCluster::up(false)) {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// A cluster of the calling test's own (an outage must not stop the
+    /// others' server); down when dropped.
+    pub fn private() -> RealCluster {
+        RealCluster::up(true).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn up(private: bool) -> Result<RealCluster, String> {
+        let started = Instant::now();
+        let bin = bin_dir()?;
+        let dir = tempfile::Builder::new()
+            .prefix("sr-real-cluster.")
+            .tempdir()
+            .map_err(|e| format!("real control plane: no temporary directory: {e}"))?
+            .keep();
+        let watchdog = spawn_watchdog(&dir, &bin)
+            .map_err(|e| format!("real control plane: cannot start its watchdog: {e}"))?;
+        let mut c = RealCluster {
+            admin: dir.join("admin.kubeconfig"),
+            dir,
+            bin,
+            private,
+            watchdog: Mutex::new(Some(watchdog)),
+            tls: OnceLock::new(),
+            port: 0,
+        };
+        if let Err(e) = c.control_plane(&["up"]) {
+            // Dropped: down, the directory removed, the watchdog ended.
+            return Err(format!("real control plane: {e}"));
+        }
+        c.port = c
+            .env("APISERVER_PORT")
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| {
+                format!(
+                    "real control plane: no APISERVER_PORT in {}/control-plane.env",
+                    c.dir.display()
+                )
+            })?;
+        eprintln!(
+            "real control plane ({}) up in {:?}: {}",
+            if private { "private" } else { "shared" },
+            started.elapsed(),
+            c.dir.display()
+        );
+        Ok(c)
+    }
+
+    /// `scripts/control-plane.sh CMD DIR [ARGS…]`: its one-line error on
+    /// failure.
+    fn control_plane(&self, args: &[&str]) -> Result<(), String> {
+        let (cmd, rest) = args.split_first().expect("a command");
+        let out = Command::new(script("control-plane.sh"))
+            .arg(cmd)
+            .arg(&self.dir)
+            .args(rest)
+            .env("SR_CONTROL_PLANE_BIN", &self.bin)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run scripts/control-plane.sh: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(first_line(&out.stderr))
+        }
+    }
+
+    fn env(&self, key: &str) -> Option<String> {
+        let text = std::fs::read_to_string(self.dir.join("control-plane.env")).ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+            .map(str::to_string)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The admin's kubeconfig (O=system:masters, credentials inline).
+    pub fn admin_kubeconfig(&self) -> &Path {
+        &self.admin
+    }
+
+    /// The pinned kubectl (v1.36.3), not the one on PATH.
+    pub fn kubectl_bin(&self) -> PathBuf {
+        self.bin.join("kubectl")
+    }
+
+    pub fn server_url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    /// `prefix-N`, unique in this test process (a DNS-1123 label when
+    /// `prefix` is one).
+    pub fn unique(&self, prefix: &str) -> String {
+        format!("{prefix}-{}", UNIQUE.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Registers Node `name` as kubelet does (`control-plane.sh node`):
+    /// kubelet's client certificate, labels, status with `Ready` and this
+    /// machine's bootID, the Lease. Returns the kubelet-style kubeconfig
+    /// (pointing at the certificate files, as on Talos).
+    pub fn node(&self, name: &str) -> PathBuf {
+        self.control_plane(&["node", name])
+            .unwrap_or_else(|e| panic!("registering Node {name} on the real cluster: {e}"));
+        self.dir.join("nodes").join(format!("{name}.kubeconfig"))
+    }
+
+    /// A new Node named `prefix-N`: its name and kubeconfig.
+    pub fn new_node(&self, prefix: &str) -> (String, PathBuf) {
+        let name = self.unique(prefix);
+        let kc = self.node(&name);
+        (name, kc)
+    }
+
+    /// A new kubelet client certificate for Node `node` (CN=system:node:NODE,
+    /// O=system:nodes, signed by the cluster's client CA), laid out in `dir`
+    /// as kubelet keeps it: `pki/kubelet-client-N.pem` (certificate and
+    /// key), the symlink `pki/kubelet-client-current.pem` re-pointed to it,
+    /// and `kubeconfig-kubelet` naming the symlink. Called again on the
+    /// same `dir` it is kubelet's rotation. Returns the kubeconfig and the
+    /// certificate's SHA-256, as the audit log names the credential
+    /// (`user.extra["authentication.kubernetes.io/credential-id"]` =
+    /// `X509SHA256=<hex>`).
+    pub fn kubelet_credential(&self, node: &str, dir: &Path) -> (PathBuf, String) {
+        use rustls_pki_types::{pem::PemObject, CertificateDer};
+        let pki = dir.join("pki");
+        std::fs::create_dir_all(&pki).unwrap();
+        let n = UNIQUE.fetch_add(1, Ordering::Relaxed);
+        let (key, csr, crt) = (
+            pki.join(format!("k{n}.key")),
+            pki.join(format!("k{n}.csr")),
+            pki.join(format!("k{n}.crt")),
+        );
+        let ext = pki.join(format!("k{n}.ext"));
+        std::fs::write(
+            &ext,
+            "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n",
+        )
+        .unwrap();
+        let subject = format!("/O=system:nodes/CN=system:node:{node}");
+        let serial = format!("0x{:032x}", fastrand::u128(..));
+        let (ca_crt, ca_key) = (
+            self.dir.join("client-ca.crt"),
+            self.dir.join("client-ca.key"),
+        );
+        let steps: [Vec<&std::ffi::OsStr>; 3] = [
+            [
+                "genpkey",
+                "-algorithm",
+                "EC",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-out",
+            ]
+            .iter()
+            .map(std::ffi::OsStr::new)
+            .chain([key.as_os_str()])
+            .collect(),
+            vec![
+                "req".as_ref(),
+                "-new".as_ref(),
+                "-key".as_ref(),
+                key.as_os_str(),
+                "-subj".as_ref(),
+                subject.as_ref(),
+                "-out".as_ref(),
+                csr.as_os_str(),
+            ],
+            vec![
+                "x509".as_ref(),
+                "-req".as_ref(),
+                "-in".as_ref(),
+                csr.as_os_str(),
+                "-CA".as_ref(),
+                ca_crt.as_os_str(),
+                "-CAkey".as_ref(),
+                ca_key.as_os_str(),
+                "-set_serial".as_ref(),
+                serial.as_ref(),
+                "-days".as_ref(),
+                "30".as_ref(),
+                "-extfile".as_ref(),
+                ext.as_os_str(),
+                "-out".as_ref(),
+                crt.as_os_str(),
+            ],
+        ];
+        for args in steps {
+            let out = Command::new("openssl")
+                .args(&args)
+                .stdin(Stdio::null())
+                .output()
+                .expect("openssl (Debian package openssl)");
+            assert!(
+                out.status.success(),
+                "openssl {:?}: {}",
+                args.first(),
+                first_line(&out.stderr)
+            );
+        }
+        let cert_pem = std::fs::read_to_string(&crt).unwrap();
+        let key_pem = std::fs::read_to_string(&key).unwrap();
+        let pem = pki.join(format!("kubelet-client-{n}.pem"));
+        std::fs::write(&pem, format!("{cert_pem}{key_pem}")).unwrap();
+        for f in [&key, &csr, &crt, &ext] {
+            let _ = std::fs::remove_file(f);
+        }
+        let current = pki.join("kubelet-client-current.pem");
+        let tmp = pki.join(format!(".kubelet-client-current.{n}.tmp"));
+        std::os::unix::fs::symlink(&pem, &tmp).unwrap();
+        std::fs::rename(&tmp, &current).unwrap();
+        let kubeconfig = dir.join("kubeconfig-kubelet");
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority: {}\nusers:\n- name: kubelet\n  user:\n    client-certificate: {}\n    client-key: {}\ncontexts:\n- name: kubelet@c\n  context: {{cluster: c, user: kubelet}}\ncurrent-context: kubelet@c\n",
+            self.server_url(),
+            self.dir.join("ca.crt").display(),
+            current.display(),
+            current.display()
+        );
+        std::fs::write(&kubeconfig, text).unwrap();
+        let der = CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap();
+        let sum = ring::digest::digest(&ring::digest::SHA256, der.as_ref());
+        let hex: String = sum.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+        (kubeconfig, hex)
+    }
+
+    /// The pinned kubectl as the admin, its own cache dir, no in-cluster
+    /// environment.
+    pub fn kubectl_cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(self.kubectl_bin());
+        c.env("KUBECONFIG", &self.admin)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .arg("--cache-dir")
+            .arg(self.dir.join("kubectl-cache"))
+            .args(args);
+        c
+    }
+
+    /// `(exit code, stdout, stderr)` of the pinned kubectl as the admin.
+    pub fn kubectl(&self, args: &[&str]) -> (i32, String, String) {
+        self.kubectl_stdin(args, None)
+    }
+
+    /// As [`kubectl`](Self::kubectl), `input` on its stdin.
+    pub fn kubectl_stdin(&self, args: &[&str], input: Option<&str>) -> (i32, String, String) {
+        let mut cmd = self.kubectl_cmd(args);
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+        let mut child = cmd.spawn().expect("cannot start the pinned kubectl");
+        if let Some(i) = input {
+            child
+                .stdin
+                .take()
+                .expect("piped")
+                .write_all(i.as_bytes())
+                .unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// kubectl that must succeed: its stdout.
+    pub fn kubectl_ok(&self, args: &[&str], input: Option<&str>) -> String {
+        let (code, out, err) = self.kubectl_stdin(args, input);
+        assert_eq!(code, 0, "kubectl {args:?}: {err}");
+        out
+    }
+
+    /// GET `path` as the admin, straight over HTTPS (no kubectl process per
+    /// poll): `None` on 404.
+    pub fn get(&self, path: &str) -> Option<Value> {
+        let (code, body) = self
+            .https("GET", path, None, Vec::new())
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        match code {
+            200 => Some(serde_json::from_slice(&body).unwrap()),
+            404 => None,
+            c => panic!("GET {path}: {c} {}", String::from_utf8_lossy(&body)),
+        }
+    }
+
+    /// A write as the admin, straight over HTTPS (a kubectl process per
+    /// write takes a second on a loaded machine): `method` on `path` with
+    /// `body` of `content_type`; the object the server answers with. Fails
+    /// the test on anything but 200/201.
+    pub fn write(&self, method: &str, path: &str, content_type: &str, body: &Value) -> Value {
+        let (code, answer) = self
+            .https(
+                method,
+                path,
+                Some(content_type),
+                serde_json::to_vec(body).unwrap(),
+            )
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        assert!(
+            code == 200 || code == 201,
+            "{method} {path}: {code} {}",
+            String::from_utf8_lossy(&answer)
+        );
+        serde_json::from_slice(&answer).unwrap()
+    }
+
+    /// The Node as the API server holds it (`Value::Null` when there is
+    /// none).
+    pub fn get_node(&self, name: &str) -> Value {
+        self.get(&format!("/api/v1/nodes/{name}"))
+            .unwrap_or(Value::Null)
+    }
+
+    /// Every write the audit log holds so far (ResponseComplete events).
+    pub fn audit(&self) -> Vec<AuditEvent> {
+        let text = std::fs::read_to_string(self.dir.join("audit.log")).unwrap_or_default();
+        // The last line may be half written: only whole JSON lines count.
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["stage"] == "ResponseComplete")
+            .collect()
+    }
+
+    /// How many writes the audit log holds: a mark for
+    /// [`audit_writes_since`](Self::audit_writes_since).
+    pub fn audit_mark(&self) -> usize {
+        self.audit().len()
+    }
+
+    /// The writes `filter` picks, in the log's order.
+    pub fn audit_writes(&self, filter: impl Fn(&AuditEvent) -> bool) -> Vec<AuditEvent> {
+        self.audit_writes_since(0, filter)
+    }
+
+    /// The writes after `mark` that `filter` picks.
+    pub fn audit_writes_since(
+        &self,
+        mark: usize,
+        filter: impl Fn(&AuditEvent) -> bool,
+    ) -> Vec<AuditEvent> {
+        self.audit()
+            .into_iter()
+            .skip(mark)
+            .filter(|e| filter(e))
+            .collect()
+    }
+
+    /// The writes after `mark` that `filter` picks, once `done` holds for
+    /// them; fails the test with what there is after `within`. kube-apiserver
+    /// logs a write when its handler has finished, after the answer went out:
+    /// a read that already shows the write can be ahead of its audit event.
+    pub fn audit_wait(
+        &self,
+        within: Duration,
+        mark: usize,
+        filter: impl Fn(&AuditEvent) -> bool,
+        done: impl Fn(&[AuditEvent]) -> bool,
+    ) -> Vec<AuditEvent> {
+        let deadline = Instant::now() + within;
+        loop {
+            let got = self.audit_writes_since(mark, &filter);
+            if done(&got) {
+                return got;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the audit log does not have the writes expected within {within:?}: {got:#?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Stops etcd, kube-apiserver and kube-controller-manager, keeping the
+    /// data and the ports (an outage). Private clusters only.
+    pub fn stop(&self) {
+        assert!(
+            self.private,
+            "stop the shared cluster? use RealCluster::private()"
+        );
+        self.control_plane(&["stop"])
+            .unwrap_or_else(|e| panic!("control-plane.sh stop: {e}"));
+    }
+
+    /// Starts them again on the same ports; returns once /readyz answers.
+    pub fn start(&self) {
+        assert!(
+            self.private,
+            "start the shared cluster? use RealCluster::private()"
+        );
+        self.control_plane(&["start"])
+            .unwrap_or_else(|e| panic!("control-plane.sh start: {e}"));
+    }
+
+    fn tls(&self) -> Arc<tokio_rustls::rustls::ClientConfig> {
+        self.tls
+            .get_or_init(|| {
+                use rustls_pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer};
+                use tokio_rustls::rustls;
+                let pki = self.dir.join("pki");
+                let mut roots = rustls::RootCertStore::empty();
+                for ca in CertificateDer::pem_file_iter(self.dir.join("ca.crt")).unwrap() {
+                    roots.add(ca.unwrap()).unwrap();
+                }
+                let chain: Vec<CertificateDer<'static>> =
+                    CertificateDer::pem_file_iter(pki.join("admin.crt"))
+                        .unwrap()
+                        .map(Result::unwrap)
+                        .collect();
+                let key = PrivateKeyDer::from_pem_file(pki.join("admin.key")).unwrap();
+                let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+                    rustls::crypto::ring::default_provider(),
+                ))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_client_auth_cert(chain, key)
+                .unwrap();
+                Arc::new(cfg)
+            })
+            .clone()
+    }
+
+    fn https(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Vec<u8>,
+    ) -> Result<(u16, Vec<u8>), String> {
+        use http_body_util::{BodyExt, Full};
+        use hyper::body::Bytes;
+        let tls = self.tls();
+        let port = self.port;
+        let path = path.to_string();
+        let method = hyper::Method::from_bytes(method.as_bytes()).map_err(|e| e.to_string())?;
+        let content_type = content_type.map(str::to_string);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        rt.block_on(async move {
+            let go = async {
+                let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+                    .await
+                    .map_err(|e| format!("connect: {e}"))?;
+                let name =
+                    rustls_pki_types::ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into());
+                let stream = tokio_rustls::TlsConnector::from(tls)
+                    .connect(name, tcp)
+                    .await
+                    .map_err(|e| format!("TLS: {e}"))?;
+                let (mut send, conn) =
+                    hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                        .await
+                        .map_err(|e| e.to_string())?;
+                tokio::spawn(conn);
+                let mut req = hyper::Request::builder()
+                    .method(method)
+                    .uri(&path)
+                    .header("host", format!("127.0.0.1:{port}"))
+                    .header("accept", "application/json");
+                if let Some(ct) = &content_type {
+                    req = req.header("content-type", ct);
+                }
+                let req = req
+                    .body(Full::new(Bytes::from(body)))
+                    .map_err(|e| e.to_string())?;
+                let resp = send.send_request(req).await.map_err(|e| e.to_string())?;
+                let code = resp.status().as_u16();
+                let body = resp
+                    .into_body()
+                    .collect()
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .to_bytes();
+                Ok::<_, String>((code, body.to_vec()))
+            };
+            tokio::time::timeout(Duration::from_secs(10), go)
+                .await
+                .map_err(|_| "no answer within 10 s".to_string())?
+        })
+    }
+}
+
+impl Drop for RealCluster {
+    fn drop(&mut self) {
+        // Private clusters, and a shared one whose `up` failed (the one
+        // that started is a static: its watchdog takes it down when the
+        // process is gone).
+        if let Err(e) = self.control_plane(&["down"]) {
+            eprintln!("control-plane.sh down {}: {e}", self.dir.display());
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some(mut w) = self.watchdog.lock().unwrap().take() {
+            let _ = w.kill();
+            let _ = w.wait();
+        }
+    }
+}
+
+/// `sh` in a session of its own (a signal to the test's process group does
+/// not reach it), output nowhere (it never holds the test's pipes open):
+/// polls this process every second; once it is gone, `control-plane.sh
+/// down DIR` and the directory removed. Gives up when DIR goes (a private
+/// cluster's drop took it down).
+fn spawn_watchdog(dir: &Path, bin: &Path) -> std::io::Result<Child> {
+    const WATCH: &str = r#"p=$1 cp=$2 d=$3
+while kill -0 "$p" 2>/dev/null; do
+	[ -d "$d" ] || exit 0
+	sleep 1
+done
+"$cp" down "$d" >/dev/null 2>&1
+rm -rf "$d""#;
+    Command::new("setsid")
+        .args(["sh", "-c", WATCH, "sr-cluster-watchdog"])
+        .arg(std::process::id().to_string())
+        .arg(script("control-plane.sh"))
+        .arg(dir)
+        .env("SR_CONTROL_PLANE_BIN", bin)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+}
+
+/// Polls `cond` every 100 ms until it holds; fails the test with `what`
+/// after `within`. For conditions read from the API server: a poll is a
+/// request, and tests share the server and two cores.
+pub fn poll(within: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !cond() {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The identity an audit event names for the credential used
+/// (`X509SHA256=<hex>` for a client certificate).
+pub fn credential_id(e: &AuditEvent) -> Option<&str> {
+    e["user"]["extra"]["authentication.kubernetes.io/credential-id"][0].as_str()
+}

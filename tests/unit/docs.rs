@@ -1,0 +1,272 @@
+//! The documentation is held to the code: every fenced `yaml` block under
+//! docs/ parses (all its documents), every relative link in the Markdown
+//! files resolves to a file inside the repository, the finding-code table
+//! lists every code the library knows with its Node reason and kind, and the
+//! module graph in docs/developer/architecture.md is what
+//! scripts/modgraph.py prints. `SR_REGENERATE_DOCS=1` rewrites the graph.
+//! Every TalosConfigTemplate shown is read by the desired-state library as
+//! `check --desired-from` reads it: it sets a sysctl and its
+//! ExtensionServiceConfig asks the agent for every sysctl it sets. Every
+//! `SANDBOX_READINESS_*` variable the docs name is one a binary reads.
+//! (The CLI references are checked by the binaries' own tests.)
+
+use std::path::{Path, PathBuf};
+
+use sandbox_readiness::{
+    clidoc,
+    desired::{findings, pool},
+    evaluate::FindingCode,
+    nodestatus::condition::{camel_case, could_not_tell},
+    proto::v1::DesiredState,
+};
+use serde::Deserialize;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn markdown_under(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            markdown_under(&p, out);
+        } else if p.extension().is_some_and(|e| e == "md") {
+            out.push(p);
+        }
+    }
+}
+
+fn docs_pages() -> Vec<PathBuf> {
+    let mut pages = Vec::new();
+    markdown_under(&root().join("docs"), &mut pages);
+    assert!(pages.len() > 20, "docs/ has only {} pages", pages.len());
+    pages
+}
+
+/// Fenced blocks of `lang`: (line of the opening fence, 1-based; body).
+fn fenced(text: &str, lang: &str) -> Vec<(usize, String)> {
+    let mut blocks = Vec::new();
+    let mut open: Option<(usize, bool, String)> = None;
+    for (i, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        match &mut open {
+            None if trimmed.starts_with("```") => {
+                let info = trimmed.trim_start_matches('`').trim();
+                open = Some((i + 1, info == lang, String::new()));
+            }
+            None => {}
+            Some((start, wanted, body)) => {
+                if trimmed.starts_with("```") {
+                    if *wanted {
+                        blocks.push((*start, std::mem::take(body)));
+                    }
+                    open = None;
+                } else {
+                    body.push_str(line);
+                    body.push('\n');
+                }
+            }
+        }
+    }
+    assert!(open.is_none(), "an unclosed code fence");
+    blocks
+}
+
+fn rel(p: &Path) -> String {
+    p.strip_prefix(root()).unwrap_or(p).display().to_string()
+}
+
+#[test]
+fn every_yaml_block_in_the_docs_parses() {
+    let mut failures = Vec::new();
+    let mut count = 0;
+    for page in docs_pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        for (start, body) in fenced(&text, "yaml") {
+            count += 1;
+            for doc in serde_yaml_ng::Deserializer::from_str(&body) {
+                if let Err(e) = serde_yaml_ng::Value::deserialize(doc) {
+                    let line = start + e.location().map_or(0, |l| l.line());
+                    failures.push(format!("{}:{line}: {e}", rel(&page)));
+                    break;
+                }
+            }
+        }
+    }
+    assert!(count > 20, "only {count} yaml blocks under docs/");
+    assert!(
+        failures.is_empty(),
+        "YAML that does not parse:\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn every_relative_link_resolves_inside_the_repository() {
+    let link = regex::Regex::new(r"\]\(([^)\s]+)\)").unwrap();
+    let mut pages = docs_pages();
+    for top in [
+        "README.md",
+        "CHANGELOG.md",
+        "extension/README.md",
+        "benches/README.md",
+    ] {
+        pages.push(root().join(top));
+    }
+    let repo = root().canonicalize().unwrap();
+    let mut broken = Vec::new();
+    for page in pages {
+        let text =
+            std::fs::read_to_string(&page).unwrap_or_else(|e| panic!("{}: {e}", page.display()));
+        for (n, line) in text.lines().enumerate() {
+            // The design record is docs/developer/design.md, in the repository.
+            if line.contains("shared/DESIGN") {
+                broken.push(format!(
+                    "{}:{}: names a design document outside the repository",
+                    rel(&page),
+                    n + 1
+                ));
+            }
+            for m in link.captures_iter(line) {
+                let target = &m[1];
+                if target.starts_with("http://")
+                    || target.starts_with("https://")
+                    || target.starts_with('#')
+                    || target.starts_with("mailto:")
+                {
+                    continue;
+                }
+                let file = target.split('#').next().unwrap_or(target);
+                let path = page.parent().unwrap().join(file);
+                match path.canonicalize() {
+                    Ok(p) if p.starts_with(&repo) => {}
+                    Ok(_) => broken.push(format!(
+                        "{}:{}: {target} is outside the repository",
+                        rel(&page),
+                        n + 1
+                    )),
+                    Err(_) => {
+                        broken.push(format!("{}:{}: {target} does not exist", rel(&page), n + 1))
+                    }
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn the_finding_table_lists_every_code_with_its_reason_and_kind() {
+    let text = std::fs::read_to_string(root().join("docs/reference/findings.md")).unwrap();
+    for code in FindingCode::ALL {
+        let code = code.as_str();
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{code}` |")))
+            .unwrap_or_else(|| panic!("docs/reference/findings.md has no row for {code}"));
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        assert_eq!(
+            cells[2],
+            format!("`{}`", camel_case(code)),
+            "{code}'s Node reason"
+        );
+        let kind = if code == FindingCode::NotInitialUserNamespace.as_str() {
+            "informational"
+        } else if could_not_tell(code) {
+            "could not tell"
+        } else {
+            "blocking"
+        };
+        assert_eq!(cells[3], kind, "{code}'s kind");
+    }
+}
+
+const GRAPH_BEGIN: &str = "<!-- modgraph:begin -->\n";
+const GRAPH_END: &str = "<!-- modgraph:end -->";
+
+#[test]
+fn the_module_graph_in_the_architecture_page_is_the_code() {
+    let out = std::process::Command::new("python3")
+        .arg(root().join("scripts/modgraph.py"))
+        .arg("--markdown")
+        .arg(root().join("src"))
+        .output()
+        .expect("python3 runs scripts/modgraph.py");
+    assert!(
+        out.status.success(),
+        "modgraph.py: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let graph = String::from_utf8(out.stdout).unwrap();
+    let page_path = root().join("docs/developer/architecture.md");
+    let page = std::fs::read_to_string(&page_path).unwrap();
+    let begin = page.find(GRAPH_BEGIN).expect("the modgraph:begin marker") + GRAPH_BEGIN.len();
+    let end = page.find(GRAPH_END).expect("the modgraph:end marker");
+    let wanted = format!("{}{graph}{}", &page[..begin], &page[end..]);
+    clidoc::check_or_write(&page_path, &wanted).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn every_talosconfigtemplate_shown_sets_a_sysctl_its_agent_checks() {
+    let mut seen = 0;
+    for page in docs_pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        for (start, body) in fenced(&text, "yaml") {
+            if !body.contains("kind: TalosConfigTemplate") {
+                continue;
+            }
+            seen += 1;
+            let origin = format!("{}:{start}", rel(&page));
+            let pool = pool::parse(&body, &origin, None).unwrap_or_else(|e| panic!("{e}"));
+            assert!(
+                !pool.sysctls.is_empty(),
+                "{origin}: the template sets no sysctl"
+            );
+            assert!(
+                pool.agent.is_some(),
+                "{origin}: no ExtensionServiceConfig sandbox-readiness"
+            );
+            let combined = findings::combine(&DesiredState::default(), &pool);
+            assert!(
+                combined.findings.is_empty(),
+                "{origin}: {:?}",
+                combined.findings
+            );
+        }
+    }
+    assert!(seen >= 2, "only {seen} TalosConfigTemplates under docs/");
+}
+
+#[test]
+fn every_environment_variable_named_is_one_a_binary_reads() {
+    let var = regex::Regex::new(r"SANDBOX_READINESS_[A-Z_]*[A-Z]").unwrap();
+    let reference = ["docs/reference/cli.md", "docs/reference/controller-cli.md"]
+        .map(|p| std::fs::read_to_string(root().join(p)).unwrap())
+        .join("\n");
+    let mut pages = docs_pages();
+    pages.push(root().join("extension/README.md"));
+    let mut unknown = Vec::new();
+    for page in pages {
+        let text = std::fs::read_to_string(&page).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            for m in var.find_iter(line) {
+                let name = m.as_str();
+                // Read by the controller outside clap (its log level).
+                let known =
+                    name == "SANDBOX_READINESS_LOG" || reference.contains(&format!("`{name}`"));
+                if !known {
+                    unknown.push(format!("{}:{}: {name}", rel(&page), n + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "variables no binary reads:\n{}",
+        unknown.join("\n")
+    );
+}
