@@ -62,10 +62,15 @@ package_version() {
 	awk -F'"' '/^\[/{p = ($0 == "[package]")} p && /^version *=/{print $2; exit}' "$root/Cargo.toml"
 }
 
+# Both targets in one cargo call: the host-side build script and the
+# proc-macros compile once, and the two link-time optimisations (one codegen
+# unit each, so one core each) run side by side.
 build_binaries() {
+	local args=() arch
 	for arch in "${arches[@]}"; do
-		(cd "$root" && cargo build --profile "$profile" --locked --bin "$name" --target "${targets[$arch]}")
+		args+=(--target "${targets[$arch]}")
 	done
+	(cd "$root" && cargo build --profile "$profile" --locked --bin "$name" "${args[@]}")
 }
 
 # Lays out out/extension/<arch> from the binary, the service spec and the
