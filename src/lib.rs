@@ -13,6 +13,8 @@
 //! that is the binary's CLI layer.
 
 pub mod agent;
+#[doc(hidden)]
+pub mod clidoc;
 pub mod desired;
 pub mod evaluate;
 pub mod fleet;

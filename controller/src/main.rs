@@ -217,6 +217,30 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
 
+    /// docs/reference/controller-cli.md is this command, rendered
+    /// (`SR_REGENERATE_DOCS=1` rewrites it).
+    #[test]
+    fn the_cli_reference_is_generated_from_these_definitions() {
+        use clap::CommandFactory;
+        use sandbox_readiness::clidoc;
+        let md = clidoc::markdown(
+            Args::command(),
+            "Command-line reference: sandbox-readiness-controller",
+            "<!-- Generated from controller/src/ by `cargo test -p sandbox-readiness-controller --bin sandbox-readiness-controller`; do not edit. SR_REGENERATE_DOCS=1 rewrites it. -->\n\n\
+             The readiness-gate controller, in the Cluster API management cluster \
+             (docs/deployment/controller.md). Exit codes: 0 after SIGTERM, 1 the management cluster could not be read or the loop failed, \
+             2 bad usage or configuration (one line on stderr; also when `cluster.x-k8s.io/v1beta2` is not served). \
+             Also read from the environment: `SANDBOX_READINESS_LOG` (`debug`, `info`, `warn`, `error`), \
+             `POD_NAME` (this replica's name in the Lease and Events) and `POD_NAMESPACE` \
+             (the Lease's namespace when --leader-elect-resource-namespace is not given).",
+        );
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../docs/reference/controller-cli.md");
+        if let Err(e) = clidoc::check_or_write(&path, &md) {
+            panic!("{e}");
+        }
+    }
+
     #[test]
     fn condition_types() {
         for ok in [

@@ -1,10 +1,14 @@
 //! The binary's CLI layer: clap types, the conversion of flags into the
 //! library's configuration, dispatch, and (in [`exit`]) every exit code.
 //!
-//! Every flag also reads `SANDBOX_READINESS_<FLAG>` from the environment
-//! (except `check`'s), because Talos passes an extension service its
-//! configuration as environment (ExtensionServiceConfig `environment`).
-//! Repeatable flags take a comma-separated list there.
+//! Every `serve` flag also reads `SANDBOX_READINESS_<FLAG>` from the
+//! environment, because Talos passes an extension service its configuration
+//! as environment (ExtensionServiceConfig `environment`); repeatable flags
+//! take a comma-separated list there. `probe`, `check` and `tls init` read
+//! only their flags ([`command`] strips the variables the shared flag groups
+//! declare), so a variable exported for an agent never changes what an
+//! operator's command checks. `--log-format` reads
+//! `SANDBOX_READINESS_LOG_FORMAT` everywhere: it changes no result.
 
 mod args;
 mod check;
@@ -19,7 +23,7 @@ use std::{
     process::ExitCode,
 };
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use sandbox_readiness::{hostio, tls};
 
 use args::LogFormat;
@@ -59,8 +63,9 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum TlsCommand {
-    /// Create a CA, server certificates and a controller (client) certificate in DIR.
+    /// Create a CA, server certificates and a controller (client) certificate in DIR: one server certificate per node (--node, --nodes-file) or one shared by every node (--san).
     Init {
+        /// The directory to write into (created 0700 if missing).
         dir: PathBuf,
         /// One server certificate per node, valid for NAME and the SANs; its ExtensionServiceConfig goes to DIR/nodes/NAME.yaml (repeatable).
         #[arg(long = "node", value_name = "NAME[=SAN,...]", value_parser = parse_node)]
@@ -69,11 +74,7 @@ enum TlsCommand {
         #[arg(long, value_name = "FILE")]
         nodes_file: Option<PathBuf>,
         /// One server certificate shared by every node, valid for this name or IP address (repeatable; wildcards allowed); its ExtensionServiceConfig goes to DIR/server.yaml.
-        #[arg(
-            long = "san",
-            conflicts_with_all = ["nodes", "nodes_file"],
-            required_unless_present_any = ["nodes", "nodes_file"]
-        )]
+        #[arg(long = "san", value_name = "NAME", conflicts_with_all = ["nodes", "nodes_file"])]
         sans: Vec<String>,
         /// Overwrite existing files.
         #[arg(long)]
@@ -84,7 +85,10 @@ enum TlsCommand {
 /// Parses the flags (clap exits 2 on bad usage), runs the command and
 /// turns its outcome into the exit code.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::from_arg_matches(&command().get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let default_level = match cli.command {
         Command::Serve(_) => tracing::Level::INFO,
         _ => tracing::Level::WARN,
@@ -102,6 +106,17 @@ pub fn main() -> ExitCode {
             force,
         }) => tls_init(&dir, nodes, nodes_file.as_deref(), &sans, force).finish(),
     }
+}
+
+/// The command line as parsed: the derived one, with the environment
+/// variables of every subcommand but `serve` removed (the flag groups
+/// `probe` and `check` share with `serve` declare them). The CLI reference
+/// (docs/reference/cli.md) is rendered from this too.
+fn command() -> clap::Command {
+    let no_env = |sub: clap::Command| sub.mut_args(|a| a.env(None::<&'static str>));
+    Cli::command()
+        .mut_subcommand("probe", no_env)
+        .mut_subcommand("check", no_env)
 }
 
 fn parse_node(s: &str) -> Result<tls::NodeSpec, tls::TlsError> {
@@ -132,9 +147,17 @@ fn tls_init(
         }
     }
     if sans.is_empty() && nodes.is_empty() {
+        let why = if nodes_file.is_some() {
+            "the --nodes-file lists no nodes"
+        } else {
+            "which names the agents' server certificates are for is missing"
+        };
         return Outcome::failed(
             WHO,
-            "no nodes: give --node NAME[=SAN,...] or a --nodes-file that lists some",
+            format_args!(
+                "{why}: give --node NAME[=SAN,...] (one certificate per node, repeatable), --nodes-file FILE, or --san NAME (one certificate shared by every node); e.g. tls init {} --node worker-1=10.0.0.21",
+                dir.display()
+            ),
         );
     }
     let printed = if sans.is_empty() {
@@ -193,5 +216,73 @@ where
             format_args!("cannot start the async runtime: {e}"),
         )
         .finish(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use clap::Parser;
+    use sandbox_readiness::clidoc;
+
+    /// docs/reference/cli.md is this command tree, rendered
+    /// (`SR_REGENERATE_DOCS=1` rewrites it).
+    #[test]
+    fn the_cli_reference_is_generated_from_these_definitions() {
+        let md = clidoc::markdown(
+            super::command(),
+            "Command-line reference: sandbox-readiness",
+            "<!-- Generated from src/cli/ by `cargo test --bin sandbox-readiness`; do not edit. SR_REGENERATE_DOCS=1 rewrites it. -->\n\n\
+             One binary: `probe`, `serve`, `check`, `tls init`. Exit codes everywhere: 0 converged or success, \
+             1 not converged or a node could not be asked, 2 bad usage or configuration (one line on stderr).\n\n\
+             Environment variables are read by `serve` only (and `SANDBOX_READINESS_LOG_FORMAT` by every command); \
+             a repeatable flag takes a comma-separated list there, a switch `true` or `false`. \
+             On Talos they come from the ExtensionServiceConfig's `environment` (docs/deployment/configuration.md). \
+             The controller's flags: [controller-cli.md](controller-cli.md).",
+        );
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/reference/cli.md");
+        if let Err(e) = clidoc::check_or_write(&path, &md) {
+            panic!("{e}");
+        }
+    }
+
+    /// `probe` and `check` read no `SANDBOX_READINESS_*` variable: one
+    /// exported for an agent must not change an operator's command.
+    #[test]
+    fn only_serve_reads_the_environment() {
+        let mut cmd = super::command();
+        cmd.build();
+        for sub in cmd.get_subcommands() {
+            let with_env: Vec<String> = sub
+                .get_arguments()
+                .filter(|a| !a.is_global_set() && a.get_env().is_some())
+                .map(|a| a.get_id().to_string())
+                .collect();
+            match sub.get_name() {
+                "serve" => assert!(with_env.len() > 20, "serve reads {with_env:?}"),
+                other => assert!(with_env.is_empty(), "{other} reads {with_env:?}"),
+            }
+        }
+    }
+
+    /// `tls init DIR` alone says what it needs (exit 2), not a clap error
+    /// about one of three alternatives.
+    #[test]
+    fn tls_init_without_names_says_what_it_needs() {
+        let dir = std::env::temp_dir().join(format!("sr-tls-init-{}", std::process::id()));
+        let out = super::tls_init(&dir, Vec::new(), None, &[], false);
+        match out {
+            super::Outcome::Failed { reason, .. } => {
+                assert!(reason.contains("--node NAME[=SAN,...]"), "{reason}");
+                assert!(reason.contains("--san NAME"), "{reason}");
+                assert!(reason.contains("--nodes-file FILE"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!dir.exists());
+        super::Cli::try_parse_from(["sandbox-readiness", "tls", "init", "pki"])
+            .map(|_| ())
+            .unwrap_or_else(|e| panic!("tls init DIR must parse and fail in tls_init: {e}"));
     }
 }

@@ -131,7 +131,17 @@ fn apply_one(doc: &mut Value, op: &Op) -> Result<(), String> {
         Op::Add(p, v) => add(doc, p, v.clone()),
         Op::Remove(p) => remove(doc, p).map(drop),
         Op::Replace(p, v) => {
-            let t = get_mut(doc, &tokens(p)?).ok_or("the path does not exist")?;
+            let toks = tokens(p)?;
+            // evanphx/json-patch (v5.9.11+incompatible, CABPT's and
+            // machinery's) replaces a missing key of an existing object as
+            // an add; a missing array index or parent still fails.
+            if let Some((last, parent)) = toks.split_last() {
+                if let Some(Value::Object(m)) = get_mut(doc, parent) {
+                    m.insert(last.clone(), v.clone());
+                    return Ok(());
+                }
+            }
+            let t = get_mut(doc, &toks).ok_or("the path does not exist")?;
             *t = v.clone();
             Ok(())
         }
@@ -273,6 +283,14 @@ mod tests {
         for (doc, ops, want) in cases {
             assert_eq!(run(doc, ops.clone()), want, "{ops}");
         }
+        // As evanphx/json-patch: replace of a missing key adds it.
+        assert_eq!(
+            run(
+                json!({"a": {}}),
+                json!([{"op": "replace", "path": "/a/b", "value": 1}])
+            ),
+            Ok(json!({"a": {"b": 1}}))
+        );
         // A failure leaves the document as it was.
         let mut d = json!({"a": 1});
         let ops = [Op::Add("/b".into(), json!(2)), Op::Remove("/c".into())];

@@ -251,10 +251,12 @@ fn bootstrap(obj: &Value) -> Result<PoolDesired, String> {
             }
             let docs = yaml::documents(data).map_err(|e| format!("{name}: data: {e}"))?;
             talos::check_machine_config(&docs, "data").map_err(|e| format!("{name}: {e}"))?;
-            (docs, false)
+            (talos::as_reencoded(docs), false)
         }
         // machine.ParseType's names; the generated config sets no sysctl.
-        "init" | "controlplane" | "worker" | "join" => (vec![generated_base(generate)], true),
+        "init" | "controlplane" | "worker" | "join" => {
+            (generated_base(generate, talos_version), true)
+        }
         other => {
             return Err(format!(
                 "{name}: unknown generateType {} (none, init, controlplane or worker)",
@@ -268,9 +270,14 @@ fn bootstrap(obj: &Value) -> Result<PoolDesired, String> {
         "data".into()
     };
     b.stage(&docs, &base).map_err(|e| e.message)?;
-    // From 1.12 a generated config has several documents (HostnameConfig…).
-    let new_talos = talos_minor(talos_version).is_some_and(|v| v >= (1, 12));
-    let multi = |docs: &[Value]| docs.len() > 1 || (generated && new_talos);
+    // From 1.12 a generated config has several documents (HostnameConfig…);
+    // without a talosVersion CABPT generates for its own machinery's
+    // release (v0.6.11: 1.12).
+    let new_talos =
+        talos_version.trim().is_empty() || talos_minor(talos_version).is_some_and(|v| v >= (1, 12));
+    // (The generated base holds its HostnameConfig document itself, and a
+    // patch that deletes it leaves one document, as in Talos.)
+    let multi = |docs: &[Value]| docs.len() > 1;
 
     let patches = match spec.get("configPatches") {
         None | Some(Value::Null) => Vec::new(),
@@ -278,7 +285,7 @@ fn bootstrap(obj: &Value) -> Result<PoolDesired, String> {
         Some(_) => return Err(format!("{name}: configPatches is not a list")),
     };
     if !patches.is_empty() {
-        if new_talos {
+        if generated && new_talos {
             return Err(format!(
                 "{name}: configPatches (JSON patches) cannot be applied for talosVersion {} (1.12 or later: the config has several documents); CABPT cannot apply them either: use strategicPatches",
                 shown(talos_version)
@@ -292,6 +299,17 @@ fn bootstrap(obj: &Value) -> Result<PoolDesired, String> {
     }
     for (i, op) in patches.iter().enumerate() {
         let label = format!("configPatches[{i}]");
+        // CABPT's ConfigPatches type holds op, path and value only: the API
+        // server drops a `from`, and the patch then fails in CABPT.
+        if let Some(w) = op
+            .get("op")
+            .and_then(Value::as_str)
+            .filter(|w| *w == "move" || *w == "copy")
+        {
+            return Err(format!(
+                "{name}: {label}: a {w} needs `from`, which CABPT's configPatches cannot hold (its type has op, path and value; the API server drops `from` and CABPT then fails): use add or replace, or a strategic patch"
+            ));
+        }
         json_patch_apply(&mut docs, std::slice::from_ref(op))
             .map_err(|e| format!("{name}: {label}: {e}"))?;
         b.stage(&docs, &label).map_err(|e| e.message)?;
@@ -325,7 +343,8 @@ fn bootstrap(obj: &Value) -> Result<PoolDesired, String> {
                         n + 1
                     ));
                 }
-                talos::strategic_merge(&mut docs, &pdocs);
+                talos::strategic_merge(&mut docs, &pdocs)
+                    .map_err(|e| format!("{name}: {label}: {e}"))?;
                 // What the patch sets explicitly is its own, even when the
                 // value did not change.
                 b.claim(&pdocs, &label);
@@ -333,21 +352,28 @@ fn bootstrap(obj: &Value) -> Result<PoolDesired, String> {
         }
         b.stage(&docs, &label).map_err(|e| e.message)?;
     }
+    talos::pending_delete(&docs).map_err(|e| format!("{name}: strategicPatches: {e}"))?;
     b.finish(&docs).map_err(|e| format!("{name}: {e}"))
 }
 
-/// The shape of the v1alpha1 document Talos generates (`generate.Input.Config`):
+/// The shape of the documents Talos generates (`generate.Input.Config`):
 /// the sections JSON patches commonly address exist, and no sysctl is set
 /// (Talos generates none; the KSPP defaults apply on the node).
-fn generated_base(kind: &str) -> Value {
-    serde_json::json!({
+fn generated_base(kind: &str, talos_version: &str) -> Vec<Value> {
+    let mut docs = vec![serde_json::json!({
         "version": "v1alpha1",
         "machine": {
             "type": kind, "certSANs": [], "kubelet": {}, "network": {},
             "install": {}, "registries": {}, "features": {}
         },
         "cluster": {"controlPlane": {}, "network": {}, "discovery": {}}
-    })
+    })];
+    // From 1.12 (and for CABPT's own default, 1.12) the generated config
+    // adds a HostnameConfig document (machinery v1.12.0 `generate`).
+    if talos_version.trim().is_empty() || talos_minor(talos_version).is_some_and(|v| v >= (1, 12)) {
+        docs.push(serde_json::json!({"apiVersion": "v1alpha1", "kind": "HostnameConfig", "auto": "stable"}));
+    }
+    docs
 }
 
 /// Applies RFC 6902 operations to the one document. Errors name the

@@ -274,3 +274,69 @@ proptest! {
         prop_assert!(!shown.contains("MARKER-SECRET"));
     }
 }
+
+/// What tests/talos_oracle.rs found CABPT v0.6.11 (machinery v1.12.0) and
+/// Talos v1.13.9 do and ours did not.
+#[test]
+fn as_cabpt_and_talos_do() {
+    let tc = |spec: serde_json::Value| {
+        serde_json::json!({"apiVersion": "bootstrap.cluster.x-k8s.io/v1alpha3", "kind": "TalosConfig",
+            "metadata": {"name": "t", "namespace": "n"}, "spec": spec})
+        .to_string()
+    };
+    let data =
+        "version: v1alpha1\nmachine:\n  type: worker\n  sysctls:\n    vm.max_map_count: 0x10\n";
+    // A move or copy loses `from` in CABPT's configPatches type.
+    let e = parse(
+        &tc(serde_json::json!({"generateType": "none", "data": data,
+            "configPatches": [{"op": "copy", "from": "/machine/type", "path": "/machine/x"}]})),
+        "f",
+        None,
+    )
+    .unwrap_err();
+    assert!(e.message.contains("needs `from`"), "{e}");
+    // JSON patches of a single-document `data` work whatever the talosVersion;
+    // the value keeps its written text; an empty sysctls map is gone
+    // after CABPT re-encodes `data`, so adding below it fails.
+    let p = parse(
+        &tc(
+            serde_json::json!({"generateType": "none", "data": data, "talosVersion": "v1.13",
+            "configPatches": [{"op": "replace", "path": "/machine/sysctls/a.b", "value": "1"}]}),
+        ),
+        "f",
+        None,
+    )
+    .unwrap();
+    assert_eq!(p.sysctls["vm.max_map_count"].value, "0x10");
+    assert_eq!(p.sysctls["a.b"].value, "1");
+    let empty = "version: v1alpha1\nmachine:\n  type: worker\n  sysctls: {}\n";
+    assert!(parse(
+        &tc(serde_json::json!({"generateType": "none", "data": empty,
+            "strategicPatches": ["- op: add\n  path: /machine/sysctls/a.b\n  value: \"1\"\n"]})),
+        "f",
+        None
+    )
+    .is_err());
+    // Without a talosVersion CABPT generates for 1.12: several documents
+    // (a JSON patch cannot apply) until the HostnameConfig is deleted.
+    let json_patch = "- op: add\n  path: /machine/sysctls\n  value: {a.b: \"1\"}\n";
+    assert!(parse(
+        &tc(serde_json::json!({"generateType": "worker", "strategicPatches": [json_patch]})),
+        "f",
+        None
+    )
+    .is_err());
+    let p = parse(
+        &tc(
+            serde_json::json!({"generateType": "worker", "strategicPatches": [
+            "apiVersion: v1alpha1\nkind: HostnameConfig\n$patch: delete\n", json_patch]}),
+        ),
+        "f",
+        None,
+    )
+    .unwrap();
+    assert_eq!(p.sysctls["a.b"].value, "1");
+    // A mapping key twice is refused.
+    let dup = "version: v1alpha1\nmachine:\n  sysctls:\n    a.b: \"1\"\n    a.b: \"2\"\n";
+    assert!(parse(dup, "f", None).unwrap_err().message.contains("twice"));
+}

@@ -144,6 +144,25 @@ fn collect(
     Ok(())
 }
 
+/// The documents as CABPT passes them on after loading and re-encoding
+/// `data` (Talos's encoder): an empty `machine.sysctls` is left out
+/// (`omitempty`), `machine.certSANs` is always written. JSON patches then
+/// see the same paths as in CABPT.
+pub fn as_reencoded(mut docs: Vec<Value>) -> Vec<Value> {
+    for d in docs.iter_mut().filter(|d| d.get("kind").is_none()) {
+        if let Some(Value::Object(m)) = d.get_mut("machine") {
+            if m.get("sysctls")
+                .is_some_and(|s| s.as_object().is_some_and(Map::is_empty) || s.is_null())
+            {
+                m.remove("sysctls");
+            }
+            m.entry("certSANs")
+                .or_insert_with(|| Value::Array(Vec::new()));
+        }
+    }
+    docs
+}
+
 /// The `environment` of the agent's `ExtensionServiceConfig`, if the
 /// documents hold one.
 pub fn agent_environment(docs: &[Value]) -> Result<Option<Vec<String>>, String> {
@@ -169,8 +188,23 @@ pub fn agent_environment(docs: &[Value]) -> Result<Option<Vec<String>>, String> 
                 format!("ExtensionServiceConfig {AGENT_SERVICE}: environment[{i}] is not a string")
             })
         })
-        .collect::<Result<_, _>>()
-        .map(Some)
+        .collect::<Result<Vec<String>, _>>()
+        .map(|entries| Some(last_wins(entries)))
+}
+
+/// The environment as the agent's process gets it: of entries naming the
+/// same variable only the last is kept (runc keeps the last before exec,
+/// extension/README.md), where the ExtensionServiceConfig lists it twice,
+/// as two merged patches of the document do (Talos appends lists).
+fn last_wins(entries: Vec<String>) -> Vec<String> {
+    let name = |e: &str| e.split_once('=').map_or(e, |(n, _)| n).to_string();
+    let mut out: Vec<String> = Vec::new();
+    for e in entries {
+        let n = name(&e);
+        out.retain(|o| name(o) != n);
+        out.push(e);
+    }
+    out
 }
 
 /// True when a patch value deletes what it lands on (`$patch: delete`).
@@ -178,48 +212,155 @@ fn is_delete(v: &Value) -> bool {
     v.get("$patch").and_then(Value::as_str) == Some("delete")
 }
 
+/// Fields Talos replaces instead of appending to (`merge:"replace"` in
+/// `config/types/v1alpha1/v1alpha1_types.go`, v1.12.0 and v1.13.9).
+const REPLACED: [&str; 3] = [
+    "cluster.network.podSubnets",
+    "cluster.network.serviceSubnets",
+    "cluster.apiServer.auditPolicy",
+];
+
+/// Map-typed fields (Go `map[string]…`): a `$patch: delete` of a key they
+/// lack finds nothing and Talos refuses it; deleting a missing struct field
+/// just leaves it unset.
+const MAPS: [&str; 5] = [
+    "machine.sysctls",
+    "params",
+    "machine.nodeLabels",
+    "machine.nodeAnnotations",
+    "machine.kubelet.extraArgs",
+];
+
+/// The refusal of a `$patch: delete` that finds nothing to delete (Talos:
+/// "patch delete: path '…': lookup failed").
+fn nothing_to_delete(path: &str) -> String {
+    format!("$patch: delete of {path}: there is nothing to delete (Talos refuses such a patch)")
+}
+
+/// The first key and scalar value of a sequence element's delete marker
+/// (`- ip: 10.0.0.1` + `$patch: delete`): Talos deletes the element whose
+/// field of that name has that value.
+fn element_selector(v: &Value) -> Option<(&str, String)> {
+    v.as_object()?
+        .iter()
+        .find(|(k, _)| *k != "$patch")
+        .and_then(|(k, v)| scalar_text(v).map(|t| (k.as_str(), t)))
+}
+
 /// Talos's merge of one patch document into one document: mappings key by
-/// key, sequences appended, scalars replaced, `$patch: delete` removes
-/// (`pkg/machinery/config/merge` at v1.14.0-rc.1; only maps and scalars
-/// matter for sysctls, which are `map[string]string`).
-fn merge(left: &mut Value, right: &Value) {
+/// key, sequences appended (a few replaced, [`REPLACED`]), scalars
+/// replaced except by an empty value, `$patch: delete` removes and must
+/// find what it removes (`pkg/machinery/config/merge` and the loader's
+/// delete selectors, `config/configloader/internal/decoder/delete.go`,
+/// v1.12.0 and v1.13.9).
+fn merge(left: &mut Value, right: &Value, path: &str) -> Result<(), String> {
     match (left, right) {
-        (Value::Object(l), Value::Object(r)) => merge_maps(l, r),
+        (Value::Object(l), Value::Object(r)) => merge_maps(l, r, path),
         (Value::Array(l), Value::Array(r)) => {
-            l.extend(r.iter().filter(|v| !is_delete(v)).cloned());
+            if REPLACED.contains(&path) {
+                if !r.is_empty() {
+                    *l = r.clone();
+                }
+                return Ok(());
+            }
+            for v in r {
+                if !is_delete(v) {
+                    l.push(strip_deletes(v, path)?);
+                    continue;
+                }
+                let Some((key, want)) = element_selector(v) else {
+                    return Err(format!(
+                        "$patch: delete in the list {path} names no field to select the element by"
+                    ));
+                };
+                let at = l.iter().position(|e| {
+                    e.get(key).and_then(scalar_text).as_deref() == Some(want.as_str())
+                });
+                match at {
+                    Some(i) => {
+                        l.remove(i);
+                    }
+                    None => return Err(nothing_to_delete(&format!("{path}[{key}]"))),
+                }
+            }
+            Ok(())
         }
-        (l, r) => *l = r.clone(),
+        // Talos's merge keeps the left value when the right one is empty
+        // (a zero Go string does not overwrite).
+        (l, Value::String(r)) if r.is_empty() && is_set_scalar(l) => Ok(()),
+        (l, Value::Null) if is_set_scalar(l) => Ok(()),
+        (l, r) => {
+            *l = strip_deletes(r, path)?;
+            Ok(())
+        }
     }
 }
 
-fn merge_maps(l: &mut Map<String, Value>, r: &Map<String, Value>) {
+/// A scalar that is there (Talos holds every sysctl value as a string
+/// once loaded, whatever JSON type a JSON patch gave it).
+fn is_set_scalar(v: &Value) -> bool {
+    !(v.is_object() || v.is_array() || v.is_null())
+}
+
+fn merge_maps(
+    l: &mut Map<String, Value>,
+    r: &Map<String, Value>,
+    path: &str,
+) -> Result<(), String> {
     for (k, v) in r {
         if k == "$patch" {
             continue;
         }
+        let here = if path.is_empty() {
+            k.clone()
+        } else {
+            format!("{path}.{k}")
+        };
         if is_delete(v) {
-            l.remove(k);
+            if l.remove(k).is_none() && MAPS.contains(&path) {
+                return Err(nothing_to_delete(&here));
+            }
             continue;
         }
         match l.get_mut(k) {
-            Some(existing) if !existing.is_null() => merge(existing, v),
+            Some(existing) if !existing.is_null() => merge(existing, v, &here)?,
             _ => {
-                l.insert(k.clone(), strip_deletes(v));
+                l.insert(k.clone(), strip_deletes(v, &here)?);
             }
         }
     }
+    Ok(())
 }
 
-/// A value put where nothing was: delete markers inside it mean nothing.
-fn strip_deletes(v: &Value) -> Value {
+/// A value put where nothing was: a delete marker inside it finds nothing
+/// to delete.
+fn strip_deletes(v: &Value, path: &str) -> Result<Value, String> {
     match v {
-        Value::Object(m) => Value::Object(
-            m.iter()
-                .filter(|(k, v)| *k != "$patch" && !is_delete(v))
-                .map(|(k, v)| (k.clone(), strip_deletes(v)))
-                .collect(),
-        ),
-        other => other.clone(),
+        Value::Object(m) => {
+            let mut out = Map::new();
+            for (k, v) in m {
+                let here = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                if k == "$patch" || is_delete(v) {
+                    if is_delete(v) || v.as_str() == Some("delete") {
+                        return Err(nothing_to_delete(&here));
+                    }
+                    continue;
+                }
+                out.insert(k.clone(), strip_deletes(v, &here)?);
+            }
+            Ok(Value::Object(out))
+        }
+        Value::Array(a) => {
+            if a.iter().any(is_delete) {
+                return Err(nothing_to_delete(path));
+            }
+            Ok(v.clone())
+        }
+        other => Ok(other.clone()),
     }
 }
 
@@ -228,7 +369,8 @@ fn strip_deletes(v: &Value) -> Value {
 /// document removes its match, others are appended
 /// (`configpatcher.StrategicMerge`, siderolabs/talos
 /// `pkg/machinery/config/configpatcher/strategic.go` at v1.14.0-rc.1).
-pub fn strategic_merge(docs: &mut Vec<Value>, patch: &[Value]) {
+/// A delete that finds nothing to delete is refused, as Talos refuses it.
+pub fn strategic_merge(docs: &mut Vec<Value>, patch: &[Value]) -> Result<(), String> {
     for p in patch {
         let id = identity(p);
         let at = docs.iter().position(|d| identity(d) == id);
@@ -236,10 +378,33 @@ pub fn strategic_merge(docs: &mut Vec<Value>, patch: &[Value]) {
             (Some(i), true) if p.get("kind").is_some() || only_delete(p) => {
                 docs.remove(i);
             }
-            (Some(i), _) => merge(&mut docs[i], p),
-            (None, true) if p.get("kind").is_some() || only_delete(p) => {}
-            (None, _) => docs.push(strip_deletes(p)),
+            (Some(i), _) if is_delete(&docs[i]) => {
+                return Err(format!(
+                    "the document {} was deleted by an earlier patch that found nothing to delete; Talos cannot merge into that",
+                    kind_shown(p)
+                ))
+            }
+            (Some(i), _) => merge(&mut docs[i], p, "")?,
+            // Talos keeps a delete that matched no document as a document
+            // of its own: a later delete of the same document removes it,
+            // else the result no longer loads (see [`pending_delete`]).
+            (None, true) if p.get("kind").is_some() || only_delete(p) => docs.push(p.clone()),
+            (None, _) => docs.push(strip_deletes(p, "")?),
         }
+    }
+    Ok(())
+}
+
+/// The refusal of a configuration that still holds a delete which matched
+/// no document: Talos encodes it as an empty document, and the result fails
+/// to load ("duplicate document /v1alpha1/ is not allowed").
+pub fn pending_delete(docs: &[Value]) -> Result<(), String> {
+    match docs.iter().find(|d| is_delete(d)) {
+        Some(d) => Err(nothing_to_delete(&format!(
+            "the document {}",
+            kind_shown(d)
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -289,11 +454,60 @@ mod tests {
                 json!({"apiVersion": "v1alpha1", "kind": "SysctlConfig", "params": {"c.d": "3"}}),
                 json!({"apiVersion": "v1alpha1", "kind": "HostnameConfig", "$patch": "delete"}),
             ],
-        );
+        )
+        .unwrap();
         assert_eq!(docs.len(), 2);
         assert_eq!(docs[0]["machine"]["sysctls"], json!({"a.b": "2"}));
         assert_eq!(docs[0]["machine"]["certSANs"], json!(["a", "b"]));
         assert_eq!(docs[1]["kind"], "SysctlConfig");
+    }
+
+    /// Differences machinery v1.12.0/v1.13.9 showed (tests/talos_oracle.rs).
+    #[test]
+    fn deletes_must_find_something_and_empty_values_keep_the_old_one() {
+        let base = vec![json!({
+            "version": "v1alpha1",
+            "machine": {"sysctls": {"a.b": "1"}, "network": {"extraHostEntries": [{"ip": "10.0.0.1"}]}},
+            "cluster": {"network": {"podSubnets": ["a"]}}
+        })];
+        for missing in [
+            json!({"machine": {"sysctls": {"zz": {"$patch": "delete"}}}}),
+            json!({"machine": {"install": {"disk": {"$patch": "delete"}}}}),
+            json!({"apiVersion": "v1alpha1", "kind": "HostnameConfig", "$patch": "delete"}),
+            json!({"machine": {"network": {"extraHostEntries": [{"ip": "10.9.9.9", "$patch": "delete"}]}}}),
+        ] {
+            let mut d = base.clone();
+            let e = strategic_merge(&mut d, std::slice::from_ref(&missing))
+                .and_then(|()| pending_delete(&d))
+                .unwrap_err();
+            assert!(e.contains("nothing to delete"), "{missing}: {e}");
+        }
+        let mut d = base.clone();
+        strategic_merge(
+            &mut d,
+            &[json!({
+                "machine": {"sysctls": {"a.b": ""}, "network": {"extraHostEntries": [{"ip": "10.0.0.1", "$patch": "delete"}]}},
+                "cluster": {"network": {"podSubnets": ["b"]}}
+            })],
+        )
+        .unwrap();
+        assert_eq!(d[0]["machine"]["sysctls"]["a.b"], "1");
+        let mut n = vec![json!({"version": "v1alpha1", "machine": {"sysctls": {"a.b": 262_144}}})];
+        strategic_merge(&mut n, &[json!({"machine": {"sysctls": {"a.b": ""}}})]).unwrap();
+        assert_eq!(n[0]["machine"]["sysctls"]["a.b"], 262_144);
+        assert_eq!(d[0]["machine"]["network"]["extraHostEntries"], json!([]));
+        assert_eq!(d[0]["cluster"]["network"]["podSubnets"], json!(["b"]));
+        // Two deletes of a document that is not there cancel, as in Talos.
+        let del = json!({"apiVersion": "v1alpha1", "kind": "HostnameConfig", "$patch": "delete"});
+        strategic_merge(&mut d, std::slice::from_ref(&del)).unwrap();
+        strategic_merge(&mut d, &[del]).unwrap();
+        pending_delete(&d).unwrap();
+        // A struct field that is not there: nothing to do, no refusal.
+        strategic_merge(
+            &mut d,
+            &[json!({"machine": {"install": {"$patch": "delete"}}})],
+        )
+        .unwrap();
     }
 
     #[test]
@@ -339,5 +553,14 @@ mod tests {
             ["SANDBOX_READINESS_REQUIRE_USERNS=true"]
         );
         assert_eq!(agent_environment(&docs[..1]).unwrap(), None);
+        // A document merged twice lists a variable twice: the last counts.
+        let twice = vec![
+            json!({"apiVersion": "v1alpha1", "kind": "ExtensionServiceConfig", "name": "sandbox-readiness",
+            "environment": ["SANDBOX_READINESS_SYSCTL=a.b=1", "X=1", "SANDBOX_READINESS_SYSCTL=a.b=2"]}),
+        ];
+        assert_eq!(
+            agent_environment(&twice).unwrap().unwrap(),
+            ["X=1", "SANDBOX_READINESS_SYSCTL=a.b=2"]
+        );
     }
 }

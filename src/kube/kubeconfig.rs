@@ -131,8 +131,8 @@ struct RawUser {
     token: Option<String>,
     #[serde(alias = "tokenFile")]
     token_file: Option<String>,
-    exec: Option<serde_yaml_ng::Value>,
-    auth_provider: Option<serde_yaml_ng::Value>,
+    exec: Option<serde_json::Value>,
+    auth_provider: Option<serde_json::Value>,
     username: Option<String>,
 }
 
@@ -200,13 +200,28 @@ fn redact_userinfo(server: &str) -> String {
 /// Parses a kubeconfig's text; `dir` is its directory (for relative
 /// paths). Nothing is read here: files are the loader's.
 pub fn parse(text: &str, dir: &Path) -> Result<Kubeconfig, KubeconfigError> {
-    // The parser's message may quote the input (a token): keep only where.
-    let raw: Raw = serde_yaml_ng::from_str(text).map_err(|e| {
-        KubeconfigError::Syntax(match e.location() {
-            Some(l) => format!("at line {}, column {}", l.line(), l.column()),
-            None => "not a kubeconfig".into(),
-        })
-    })?;
+    // The binary's one YAML parser: the desired-state library's, into JSON
+    // values (its errors quote nothing of the input, which holds tokens),
+    // then serde_json maps the value onto the raw types. Deserializing
+    // them straight from YAML instantiated serde_yaml_ng's deserializer a
+    // second time, for these types (docs/developer/binary.md).
+    let mut docs = crate::desired::yaml::documents(text).map_err(KubeconfigError::Syntax)?;
+    let doc = match docs.len() {
+        0 => serde_json::Value::Null,
+        1 => docs.remove(0),
+        _ => {
+            return Err(KubeconfigError::Syntax(
+                "more than one YAML document".into(),
+            ))
+        }
+    };
+    // serde_json's message may quote a value: say only that it is no kubeconfig.
+    let raw: Raw = if doc.is_null() {
+        Raw::default()
+    } else {
+        serde_json::from_value(doc)
+            .map_err(|_| KubeconfigError::Syntax("not a kubeconfig".into()))?
+    };
     let context = if raw.current_context.is_empty() {
         match raw.contexts.as_slice() {
             [only] => &only.value,
@@ -401,6 +416,9 @@ users:
             (replace("current-context: kubelet@local", "current-context: other"), "no context"),
             (replace("certificate-authority-data: aGVsbG8=", "certificate-authority-data: '***'"), "base64"),
             ("token: [secret-token\n".to_string(), "not valid YAML"),
+            ("clusters: 3\n".to_string(), "not a kubeconfig"),
+            ("users:\n- name: u\n  user:\n    token: [secret]\n".to_string(), "not a kubeconfig"),
+            ("a: 1\n---\nb: 2\n".to_string(), "more than one YAML document"),
         ];
         for (text, want) in cases {
             let e = parsed(&text)
