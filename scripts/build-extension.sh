@@ -38,6 +38,9 @@ die() {
 	exit 1
 }
 
+# shellcheck source=lib/oci-index.sh
+source "$root/scripts/lib/oci-index.sh"
+
 need_tools() {
 	# Installing is scripts/install-test-deps.sh's job (the one place that
 	# installs anything); here a missing tool is named, not fetched.
@@ -126,36 +129,6 @@ build_platform_image() {
 	rm -rf "$bundle"
 }
 
-# Ties the platform images together under the ref "$name". umoci 0.4 tags
-# only single image manifests, and skopeo 1.9 copies multi-platform images but
-# cannot assemble one; buildah could, but only through a container storage on
-# this machine. So the index is written here, and only the index: each entry is
-# the descriptor umoci wrote for a platform image plus its platform, the blob is
-# named by its sha256, and skopeo reads the result back before it counts.
-write_index() {
-	local layout=$out/oci entries=() arch
-	for arch in "${arches[@]}"; do
-		entries+=("$(jq -c --arg ref "$name-$arch" --arg arch "$arch" '
-			[.manifests[] | select(.annotations["org.opencontainers.image.ref.name"] == $ref)]
-			| if length == 1 then .[0] else error("no single manifest tagged \($ref)") end
-			| {mediaType, digest, size, platform: {architecture: $arch, os: "linux"}}' "$layout/index.json")")
-	done
-	local blob=$layout/.index.json.new digest size
-	jq -cn --argjson m "[$(IFS=,; echo "${entries[*]}")]" \
-		'{schemaVersion: 2, mediaType: "application/vnd.oci.image.index.v1+json", manifests: $m}' >"$blob"
-	digest=$(sha256sum "$blob" | cut -d' ' -f1)
-	size=$(stat -c %s "$blob")
-	mv "$blob" "$layout/blobs/sha256/$digest"
-	jq -c --arg ref "$name" --arg digest "sha256:$digest" --argjson size "$size" '
-		.manifests += [{mediaType: "application/vnd.oci.image.index.v1+json", digest: $digest, size: $size,
-			annotations: {"org.opencontainers.image.ref.name": $ref}}]' "$layout/index.json" >"$layout/index.json.new"
-	mv "$layout/index.json.new" "$layout/index.json"
-	# Drop the configs and manifests that umoci's intermediate steps left.
-	umoci gc --layout "$layout"
-	skopeo inspect --raw "oci:$layout:$name" | jq -e '.manifests | length == 2' >/dev/null ||
-		die "skopeo does not read the index back"
-}
-
 main() {
 	need_tools
 	mkdir -p "$out"
@@ -178,7 +151,7 @@ main() {
 		lay_out_tree "$arch" "$version"
 		build_platform_image "$arch" "$version" "$created"
 	done
-	write_index
+	oci_write_index "$out/oci" "$name" "${arches[@]}"
 
 	echo "sandbox-readiness $version extension image: oci:$out/oci:$name"
 	for arch in "${arches[@]}"; do

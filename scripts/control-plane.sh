@@ -15,6 +15,15 @@
 #                   data, certificates and ports (an outage)
 #   start DIR       start them again on the same ports, wait for /readyz
 #   down DIR        kill everything, remove the etcd data (idempotent)
+#   capi DIR [WORKLOAD]
+#                   on the cluster in DIR (the management cluster): the real
+#                   Cluster API and CABPT managers that scripts/build-capi.sh
+#                   builds, with their CRDs (upstream's kustomizations through
+#                   controlplane/capi/) and their defaulting, validating and
+#                   conversion webhooks registered on loopback with a caBundle;
+#                   returns once both managers are ready. WORKLOAD (a second
+#                   `up` DIR) is recorded in DIR/capi.env for the Cluster
+#                   objects that point at it. `down DIR` stops them too.
 #
 # Prints nothing on success; any failure is one line on stderr and a non-zero
 # exit, and an `up`/`start` that fails kills what it started. The processes
@@ -35,7 +44,8 @@
 # port reservations shared by every cluster on this machine, default
 # /tmp/sr-control-plane), SR_CONTROL_PLANE_READY_TIMEOUT (s, default 60),
 # SR_NODE_RUNTIME_VERSION (a registered Node's containerRuntimeVersion,
-# default containerd://2.1.0: no runtime runs behind these Nodes).
+# default containerd://2.1.0: no runtime runs behind these Nodes), SR_CAPI_DIR
+# (for `capi`: the build; default what `scripts/build-capi.sh path` prints).
 set -euo pipefail
 
 me=control-plane
@@ -45,6 +55,11 @@ ready_timeout=${SR_CONTROL_PLANE_READY_TIMEOUT:-60}
 k8s_version=v1.36.3
 service_cidr=10.96.0.0/12
 components=(etcd kube-apiserver kube-controller-manager)
+managers=(capi-manager cabpt-manager)
+# Cluster API v1.13.6's gates, pinned to its defaults so a changed default in a
+# later pin shows up here: ReconcilerRateLimiting (one reconcile per object per
+# second) shapes every rollout's timing. CABPT v0.6.11 has no feature gates.
+capi_feature_gates=MachinePool=true,MachineSetPreflightChecks=true,PriorityQueue=true,ReconcilerRateLimiting=true,ClusterTopology=false,KubeadmBootstrapFormatIgnition=false,RuntimeSDK=false,InPlaceUpdates=false,MachineTaintPropagation=false
 declare -A log_from=()
 
 die() {
@@ -53,7 +68,7 @@ die() {
 }
 
 usage() {
-	printf 'usage: %s up DIR | node DIR NAME | stop DIR | start DIR | down DIR\n' "$0" >&2
+	printf 'usage: %s up DIR | node DIR NAME | stop DIR | start DIR | down DIR | capi DIR [WORKLOAD]\n' "$0" >&2
 	exit 2
 }
 
@@ -101,7 +116,7 @@ launch() {
 	# Logs are appended across stop/start: failures are read from here on.
 	log_from[$name]=$(($(stat -c %s "$dir/logs/$name.log" 2>/dev/null || echo 0) + 1))
 	# shellcheck disable=SC2016 # $$ and $@ belong to the inner shell
-	setsid bash -c 'echo $$ >"$0"; exec "$@"' "$dir/pids/$name.pid" "$bin/$name" "$@" \
+	setsid bash -c 'echo $$ >"$0"; exec "$@"' "$dir/pids/$name.pid" "${exe_dir:-$bin}/$name" "$@" \
 		</dev/null >>"$dir/logs/$name.log" 2>&1 7>&- 8>&- &
 	local i
 	for ((i = 0; i < 50; i++)); do
@@ -140,7 +155,7 @@ sweep() {
 	for p in /proc/[0-9]*; do
 		exe=$(readlink "$p/exe" 2>/dev/null) || continue
 		case ${exe##*/} in
-		etcd | kube-apiserver | kube-controller-manager) ;;
+		etcd | kube-apiserver | kube-controller-manager | capi-manager | cabpt-manager) ;;
 		*) continue ;;
 		esac
 		cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
@@ -185,7 +200,7 @@ reserved() {
 	local f=$run/ports/$1 owner
 	[[ -f $f ]] || return 1
 	owner=$(<"$f")
-	if [[ -f $owner/control-plane.env ]] && grep -qE "^[A-Z_]+_PORT=$1\$" "$owner/control-plane.env"; then
+	if [[ -f $owner/control-plane.env ]] && grep -qsE "^[A-Z_]+_PORT=$1\$" "$owner/control-plane.env" "$owner/capi.env"; then
 		return 0
 	fi
 	# Reserved by an `up` still starting (its env not written yet)?
@@ -573,11 +588,13 @@ cmd_down() {
 	lock_dir
 	if [[ ! -f $dir/control-plane.env ]]; then
 		# Nothing up here; still end anything a lost state left.
+		stop_managers
 		stop_all
 		return 0
 	fi
 	load_env
 	bin=${SR_CONTROL_PLANE_BIN:-$BIN}
+	stop_managers
 	stop_all
 	release_ports "$ETCD_CLIENT_PORT" "$ETCD_PEER_PORT" "$APISERVER_PORT" "$KCM_PORT"
 	[[ $ETCD_DATA == /dev/shm/sr-control-plane-etcd.* ]] && rm -rf "$ETCD_DATA"
@@ -698,6 +715,130 @@ EOF
 	fi
 }
 
+# ---------------------------------------------------------------- Cluster API
+# stop_managers: the Cluster API and CABPT managers `capi` started (if any),
+# and their port reservations.
+stop_managers() {
+	local m
+	for m in "${managers[@]}"; do
+		kill_one "$m"
+	done
+	if [[ -f $dir/capi.env ]]; then
+		local p
+		# shellcheck disable=SC2046 # one port per word
+		release_ports $(sed -nE 's/^[A-Z_]+_PORT=([0-9]+)$/\1/p' "$dir/capi.env")
+		rm -f "$dir/capi.env"
+	fi
+}
+
+# wait_healthy NAME PORT: the manager answers /readyz on its health port (its
+# webhook server has started: both managers add that check).
+wait_healthy() {
+	local deadline=$((SECONDS + ready_timeout))
+	until curl -fsS --max-time 2 -o /dev/null "http://127.0.0.1:$2/readyz" 2>/dev/null; do
+		pid_of "$1" >/dev/null || die "$1 exited: $(why "$1")"
+		((SECONDS < deadline)) || die "$1 not ready after ${ready_timeout}s: $(why "$1")"
+		sleep 0.2
+	done
+}
+
+cmd_capi() {
+	set_dir "$1"
+	lock_dir
+	load_env
+	bin=${SR_CONTROL_PLANE_BIN:-$BIN}
+	find_bin
+	command -v curl >/dev/null 2>&1 || die "curl is not installed (Debian package curl)"
+	python3 -c 'import yaml' 2>/dev/null || die "python3 with yaml is not installed (Debian package python3-yaml)"
+	pid_of kube-apiserver >/dev/null || die "the cluster in $dir is stopped (run: $0 start $dir)"
+	local workload=
+	if [[ -n ${2:-} ]]; then
+		[[ -f $2/control-plane.env ]] || die "no cluster in $2 (run: $0 up $2)"
+		workload=$(cd "$2" && pwd -P)
+		[[ $workload != "$dir" ]] || die "the workload cluster must be another DIR than the management cluster"
+	fi
+	if [[ -f $dir/capi.env ]]; then
+		printf '%s: %s is busy: Cluster API already runs on it (run: %s down %s)\n' "$me" "$dir" "$0" "$dir" >&2
+		exit 2
+	fi
+	local capi=${SR_CAPI_DIR:-}
+	if [[ -z $capi ]]; then
+		capi=$("$here/build-capi.sh" path 2>/dev/null) ||
+			die "Cluster API and CABPT are not built: run scripts/build-capi.sh (or set SR_CAPI_DIR)"
+	fi
+	local m
+	for m in "${managers[@]}"; do
+		[[ -x $capi/bin/$m ]] || die "no $m in $capi/bin"
+	done
+	ports=()
+	trap 'rc=$?; trap - EXIT; if ((rc != 0)); then stop_managers; release_ports "${ports[@]}"; fi; exit $rc' EXIT
+	pick_ports 6
+	local c=$dir/capi
+	rm -rf "$c"
+	mkdir -p "$c/pki" "$c/certs/capi" "$c/certs/cabpt"
+	chmod 700 "$c/pki"
+	cat >"$dir/capi.env.tmp" <<EOT
+# control-plane.sh capi: Cluster API on the cluster in $dir (source it)
+CAPI_WEBHOOK_PORT=${ports[0]}
+CAPI_HEALTH_PORT=${ports[1]}
+CAPI_METRICS_PORT=${ports[2]}
+CABPT_WEBHOOK_PORT=${ports[3]}
+CABPT_HEALTH_PORT=${ports[4]}
+CABPT_METRICS_PORT=${ports[5]}
+CAPI_FEATURE_GATES=$capi_feature_gates
+CAPI_DIR=$capi
+WORKLOAD_DIR=$workload
+EOT
+	mv "$dir/capi.env.tmp" "$dir/capi.env"
+	# shellcheck disable=SC1091
+	source "$dir/capi.env"
+	# One CA for both webhook servers: it is the caBundle the API server checks
+	# them with (cert-manager's role in a real cluster).
+	new_ca "$c/pki/webhook-ca.key" "$c/pki/webhook-ca.crt" "sandbox-readiness test webhook CA"
+	for m in capi cabpt; do
+		new_cert "$c/pki/webhook-ca.key" "$c/pki/webhook-ca.crt" "$c/certs/$m/tls.key" "$c/certs/$m/tls.crt" \
+			"/CN=$m-webhook-service.$m-system.svc" serverAuth "DNS:localhost,IP:127.0.0.1"
+	done
+	chmod 600 "$c/pki"/*.key "$c"/certs/*/tls.key
+	# The CRDs and webhook configurations, from the modules' own kustomizations.
+	cp -r "$here/../controlplane/capi" "$c/manifests"
+	mkdir -p "$c/manifests/upstream/capi" "$c/manifests/upstream/cabpt"
+	for m in capi cabpt; do
+		cp -r "$capi/config/$m/crd" "$capi/config/$m/webhook" "$c/manifests/upstream/$m/"
+	done
+	local out
+	out=$("$bin/kubectl" kustomize "$c/manifests" 2>"$c/kustomize.err" >"$c/built.yaml") ||
+		die "kubectl kustomize of the CAPI/CABPT manifests failed: $(head -n1 "$c/kustomize.err") $out"
+	python3 "$here/capi-manifests.py" "$c/pki/webhook-ca.crt" \
+		"capi-system/capi-webhook-service=$CAPI_WEBHOOK_PORT" "cabpt-system/cabpt-webhook-service=$CABPT_WEBHOOK_PORT" \
+		<"$c/built.yaml" >"$c/apply.yaml" 2>"$c/manifests.err" || die "$(head -n1 "$c/manifests.err")"
+	# Server-side: the ClusterClass CRD is larger than the 256 KiB
+	# last-applied annotation a client-side apply writes.
+	out=$(kubectl_admin create namespace capi-system 2>&1 && kubectl_admin create namespace cabpt-system 2>&1) ||
+		[[ $out == *AlreadyExists* ]] || die "creating the managers' namespaces failed: $(printf '%s' "$out" | head -n1)"
+	out=$("$bin/kubectl" --kubeconfig="$dir/admin.kubeconfig" --request-timeout=60s apply --server-side \
+		--field-manager=sandbox-readiness-capi -f "$c/apply.yaml" 2>&1 >/dev/null) ||
+		die "applying the CAPI/CABPT CRDs and webhooks failed: $(printf '%s' "$out" | head -n1)"
+	out=$("$bin/kubectl" --kubeconfig="$dir/admin.kubeconfig" --request-timeout=60s wait --timeout=60s \
+		--for=condition=Established crd -l 'cluster.x-k8s.io/provider in (cluster-api,bootstrap-talos)' 2>&1 >/dev/null) ||
+		die "the CAPI/CABPT CRDs are not Established: $(printf '%s' "$out" | head -n1)"
+	# The managers run with the admin credentials (system:masters): their RBAC
+	# in upstream's config/rbac is not what these tests judge.
+	exe_dir=$capi/bin KUBECONFIG=$dir/admin.kubeconfig launch capi-manager \
+		--webhook-port="$CAPI_WEBHOOK_PORT" --webhook-cert-dir="$c/certs/capi" \
+		--health-addr="127.0.0.1:$CAPI_HEALTH_PORT" --diagnostics-address="127.0.0.1:$CAPI_METRICS_PORT" \
+		--leader-elect=false --feature-gates="$capi_feature_gates" --v=1 ||
+		die "capi-manager did not start: $(why capi-manager)"
+	exe_dir=$capi/bin KUBECONFIG=$dir/admin.kubeconfig launch cabpt-manager \
+		--webhook-port="$CABPT_WEBHOOK_PORT" --webhook-cert-dir="$c/certs/cabpt" \
+		--health-addr="127.0.0.1:$CABPT_HEALTH_PORT" --diagnostics-address="127.0.0.1:$CABPT_METRICS_PORT" \
+		--enable-leader-election=false --v=1 ||
+		die "cabpt-manager did not start: $(why cabpt-manager)"
+	wait_healthy capi-manager "$CAPI_HEALTH_PORT"
+	wait_healthy cabpt-manager "$CABPT_HEALTH_PORT"
+	trap - EXIT
+}
+
 (($# >= 2)) || usage
 case $1 in
 up) (($# == 2)) || usage && cmd_up "$2" ;;
@@ -705,5 +846,6 @@ node) (($# == 3)) || usage && cmd_node "$2" "$3" ;;
 stop) (($# == 2)) || usage && cmd_stop "$2" ;;
 start) (($# == 2)) || usage && cmd_start "$2" ;;
 down) (($# == 2)) || usage && cmd_down "$2" ;;
+capi) (($# == 2 || $# == 3)) || usage && cmd_capi "$2" "${3:-}" ;;
 *) usage ;;
 esac

@@ -28,6 +28,8 @@ for pair in containerd:containerd runsc:runsc umoci:umoci skopeo:skopeo \
 done
 # The initramfs needs the static build (Debian's plain busybox is dynamic).
 dpkg -s busybox-static >/dev/null 2>&1 || need_apt+=(busybox-static)
+# python3-yaml: scripts/capi-manifests.py (the CAPI/CABPT webhooks onto loopback).
+python3 -c "import yaml" 2>/dev/null || need_apt+=(python3-yaml)
 # Some machines come with qemu-utils from bookworm-backports (10.x), which
 # Breaks bookworm's qemu-system-common 7.2: the QEMU system emulators are then
 # taken from bookworm-backports too, so apt can install them beside it.

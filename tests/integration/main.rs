@@ -18,6 +18,7 @@ mod check_pool;
 mod check_tls;
 mod check_wait;
 mod cri_live;
+mod docs_examples;
 mod gate_agents;
 mod gvisor_e2e;
 mod hostile_host;

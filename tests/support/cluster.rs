@@ -168,6 +168,29 @@ impl RealCluster {
         }
     }
 
+    /// Starts the real Cluster API and CABPT managers on this cluster, their
+    /// CRDs and webhooks registered (`scripts/control-plane.sh capi`): fails
+    /// the test with the script's one line when they cannot start.
+    pub fn start_capi(&self) {
+        let started = Instant::now();
+        if let Err(e) = self.control_plane(&["capi"]) {
+            panic!("Cluster API on the real control plane: {e}");
+        }
+        eprintln!(
+            "Cluster API and CABPT up in {:?} (feature gates {})",
+            started.elapsed(),
+            self.capi_env("CAPI_FEATURE_GATES").unwrap_or_default()
+        );
+    }
+
+    /// A value of `DIR/capi.env` (after [`start_capi`](Self::start_capi)).
+    pub fn capi_env(&self, key: &str) -> Option<String> {
+        let text = std::fs::read_to_string(self.dir.join("capi.env")).ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+            .map(str::to_string)
+    }
+
     fn env(&self, key: &str) -> Option<String> {
         let text = std::fs::read_to_string(self.dir.join("control-plane.env")).ok()?;
         text.lines()

@@ -4,4 +4,5 @@
 
 pub mod cluster;
 pub mod containerd;
+pub mod markdown;
 pub mod testenv;
