@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Builds the real Cluster API manager and the real Talos bootstrap provider
 # (CABPT) at the versions controlplane/PINS pins, each from its own Go module
-# with upstream's exact module graph (`go install module@version`: both have
-# their main at the module root and no `replace`), into a cache outside the
-# checkout, and stages the CRD and webhook manifests from the same module
-# archives beside them:
+# with upstream's exact module graph, into a cache outside the checkout, and
+# stages the CRD and webhook manifests from the same module archives beside
+# them. Both have their main at the module root and no `replace`; each is
+# built with `go build .` inside its extracted module (the module is then the
+# main module: its own go.mod and go.sum, nothing re-resolved) rather than
+# `go install module@version`, which also asks the proxy for the module's
+# version list to look for a deprecation notice — and the proxy refuses
+# CABPT's list (403) while it serves v0.6.11 itself.
 #
 #   $SR_TEST_CACHE/capi/<key>/bin/{capi-manager,cabpt-manager}
 #   $SR_TEST_CACHE/capi/<key>/config/{capi,cabpt}/   upstream's config/ trees
@@ -136,13 +140,12 @@ module_dir() {
 	(cd /tmp && go mod download -json "$1") | sed -nE 's/^[[:space:]]*"Dir": "(.*)",?$/\1/p'
 }
 build_one() { # MODULE VERSION LDFLAGS NAME
-	local log=$logs/build-$4.log start=$SECONDS
-	(cd /tmp && GOBIN=$tmp/gobin timeout --kill-after=10 "${SR_GO_BUILD_TIMEOUT:-2400}" \
-		go install -trimpath -ldflags="$3" "$1@$2") >"$log" 2>&1 || fail "go install $1@$2" "$log"
-	mv "$tmp/gobin/${1##*/}" "$tmp/bin/$4"
-	# The CRD and webhook manifests of exactly this release.
-	local dir
+	local log=$logs/build-$4.log start=$SECONDS dir
 	dir=$(module_dir "$1@$2")
+	[[ -f $dir/go.mod && -f $dir/main.go ]] || fail "no main package at the root of $1@$2 ($dir)" /dev/null
+	(cd "$dir" && GOFLAGS=-mod=readonly timeout --kill-after=10 "${SR_GO_BUILD_TIMEOUT:-2400}" \
+		go build -trimpath -ldflags="$3" -o "$tmp/bin/$4" .) >"$log" 2>&1 || fail "go build of $1@$2" "$log"
+	# The CRD and webhook manifests of exactly this release.
 	[[ -d $dir/config ]] || fail "no config/ in $1@$2" "$log"
 	cp -r "$dir/config" "$tmp/config/${4%-manager}"
 	chmod -R u+w "$tmp/config/${4%-manager}"
@@ -150,7 +153,6 @@ build_one() { # MODULE VERSION LDFLAGS NAME
 }
 build_one "$capi_mod" "$capi_ver" "$capi_ldflags" capi-manager
 build_one "$cabpt_mod" "$cabpt_ver" "$cabpt_ldflags" cabpt-manager
-rmdir "$tmp/gobin"
 prom=$(module_dir "$prom_mod@$prom_ver")
 mkdir "$tmp/config/prometheus-operator"
 cp "$prom"/example/prometheus-operator-crd/*.yaml "$tmp/config/prometheus-operator/" ||

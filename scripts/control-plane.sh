@@ -802,13 +802,19 @@ EOT
 	chmod 600 "$c/pki"/*.key "$c"/certs/*/tls.key
 	# The CRDs and webhook configurations, from the modules' own kustomizations.
 	cp -r "$here/../controlplane/capi" "$c/manifests"
-	mkdir -p "$c/manifests/upstream/capi" "$c/manifests/upstream/cabpt"
 	for m in capi cabpt; do
-		cp -r "$capi/config/$m/crd" "$capi/config/$m/webhook" "$c/manifests/upstream/$m/"
+		mkdir -p "$c/manifests/$m/upstream"
+		cp -r "$capi/config/$m/crd" "$capi/config/$m/webhook" "$c/manifests/$m/upstream/"
+	done
+	# Each provider apart (controlplane/capi/README.md says why).
+	: >"$c/built.yaml"
+	for m in capi cabpt; do
+		{
+			"$bin/kubectl" kustomize "$c/manifests/$m" 2>"$c/kustomize.err" || die "kubectl kustomize of the $m manifests failed: $(grep -v '^# Warning' "$c/kustomize.err" | head -n1)"
+			echo ---
+		} >>"$c/built.yaml"
 	done
 	local out
-	out=$("$bin/kubectl" kustomize "$c/manifests" 2>"$c/kustomize.err" >"$c/built.yaml") ||
-		die "kubectl kustomize of the CAPI/CABPT manifests failed: $(head -n1 "$c/kustomize.err") $out"
 	python3 "$here/capi-manifests.py" "$c/pki/webhook-ca.crt" \
 		"capi-system/capi-webhook-service=$CAPI_WEBHOOK_PORT" "cabpt-system/cabpt-webhook-service=$CABPT_WEBHOOK_PORT" \
 		<"$c/built.yaml" >"$c/apply.yaml" 2>"$c/manifests.err" || die "$(head -n1 "$c/manifests.err")"

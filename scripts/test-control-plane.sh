@@ -7,8 +7,11 @@
 # controller-manager's garbage collection, namespace deletion and default
 # ServiceAccounts, front-proxy identity forwarding, and the failure modes: a
 # busy DIR, a bad node name, a taken port, an etcd or kube-apiserver that does
-# not start (nothing left running). Ends with `control-plane: N passed, N
-# failed` and exits 1 if any failed.
+# not start (nothing left running); then `capi` (scripts/build-capi.sh's
+# real Cluster API and CABPT managers on one cluster, wired to the other):
+# loopback ports, contract labels, conversion, defaulting and validating
+# webhooks answering, and `down` ending the managers. Ends with
+# `control-plane: N passed, N failed` and exits 1 if any failed.
 #
 # Environment: SR_CONTROL_PLANE_BIN (as control-plane.sh), SR_TEST_CACHE.
 # shellcheck disable=SC2317 # cleanup, gone and ns_gone are called indirectly
@@ -345,10 +348,77 @@ chmod +x "$fake2/kube-apiserver"
 SR_CONTROL_PLANE_BIN=$fake2 refused "up with a kube-apiserver that does not start" any "$cp" up "$work/d"
 nothing_runs "the failed up kills the etcd it started" "$work/d"
 
+# ---------------------------------------------------------------- capi
+# The real Cluster API and CABPT managers on A (management) wired to B
+# (workload): CRDs from upstream's kustomizations, webhooks on loopback.
+capi_of() { (
+	# shellcheck disable=SC1090,SC1091
+	source "$1/capi.env"
+	printf '%s' "${!2}"
+); }
+if ! capi_dir=$("$here/build-capi.sh" path 2>&1); then
+	fail "Cluster API built" "$capi_dir"
+else
+	refused "capi with a WORKLOAD that holds no cluster" any "$cp" capi "$a" "$work/nowhere"
+	if silent_ok "capi A B (CAPI v1.13.6, CABPT v0.6.11, webhooks registered)" "$cp" capi "$a" "$b"; then
+		refused "capi on a DIR where it already runs" 2 "$cp" capi "$a"
+		check "capi.env records the workload cluster" "$(cat "$a/capi.env")" test "$(capi_of "$a" WORKLOAD_DIR)" == "$(cd "$b" && pwd -P)"
+		for m in CAPI CABPT; do
+			port=$(capi_of "$a" "${m}_HEALTH_PORT")
+			check "$m manager ready (/readyz on 127.0.0.1:$port)" "not ready" curl -fsS --max-time 5 -o /dev/null "http://127.0.0.1:$port/readyz"
+			hex=$(printf '0100007F:%04X' "$port")
+			check "$m health port bound to loopback only" "not on $hex" grep -q " $hex 00000000:0000 0A " /proc/net/tcp
+		done
+		label=$(ka get crd talosconfigs.bootstrap.cluster.x-k8s.io -o 'jsonpath={.metadata.labels.cluster\.x-k8s\.io/v1beta1}' 2>&1 || true)
+		check "TalosConfig CRD carries CABPT's contract label (v1beta1: $label)" "$label" test "$label" == v1alpha3
+		url=$(ka get crd machines.cluster.x-k8s.io -o 'jsonpath={.spec.conversion.webhook.clientConfig.url}' 2>&1 || true)
+		check "Machine conversion webhook on CAPI's loopback port ($url)" "$url" test "$url" == "https://127.0.0.1:$(capi_of "$a" CAPI_WEBHOOK_PORT)/convert"
+		ka create namespace capi-test >/dev/null
+		ka apply --server-side -f - >/dev/null 2>"$work/err" <<'EOT' || fail "create a MachineDeployment" "$(cat "$work/err")"
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineDeployment
+metadata: {name: md, namespace: capi-test}
+spec:
+  clusterName: c1
+  replicas: 0
+  template:
+    spec:
+      clusterName: c1
+      bootstrap: {configRef: {apiGroup: bootstrap.cluster.x-k8s.io, kind: TalosConfigTemplate, name: t}}
+      infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: TestMachineTemplate, name: t}
+EOT
+		sel=$(ka -n capi-test get machinedeployment md -o 'jsonpath={.spec.selector.matchLabels.cluster\.x-k8s\.io/deployment-name}' 2>&1 || true)
+		check "CAPI's defaulting webhook set the MachineDeployment's selector ($sel)" "$sel" test "$sel" == md
+		# v1beta2 is stored; the v1beta1 view is made by CAPI's conversion
+		# webhook (nodeStartupTimeoutSeconds 600 -> nodeStartupTimeout 10m0s).
+		# A MachineHealthCheck, because converting an object with references
+		# needs the referenced kinds' CRDs (a MachineDeployment whose
+		# infrastructure template kind has no CRD cannot be read as v1beta1).
+		ka apply --server-side -f - >/dev/null 2>"$work/err" <<'EOT' || fail "create a MachineHealthCheck" "$(cat "$work/err")"
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineHealthCheck
+metadata: {name: h, namespace: capi-test}
+spec: {clusterName: c1, selector: {matchLabels: {pool: a}}}
+EOT
+		v1=$(ka -n capi-test get machinehealthchecks.v1beta1.cluster.x-k8s.io h -o 'jsonpath={.apiVersion} {.spec.nodeStartupTimeout}' 2>"$work/err" || true)
+		check "the v1beta1 view comes from CAPI's conversion webhook ($v1)" "$v1 $(cat "$work/err")" test "$v1" == "cluster.x-k8s.io/v1beta1 10m0s"
+		ka apply --server-side -f - >/dev/null 2>"$work/err" <<'EOT' || fail "create a TalosConfigTemplate" "$(cat "$work/err")"
+apiVersion: bootstrap.cluster.x-k8s.io/v1alpha3
+kind: TalosConfigTemplate
+metadata: {name: t, namespace: capi-test}
+spec: {template: {spec: {generateType: worker, talosVersion: v1.11}}}
+EOT
+		refused "CABPT's webhook refuses a changed TalosConfigTemplate" any \
+			"$kubectl" --kubeconfig="$a/admin.kubeconfig" -n capi-test patch talosconfigtemplate t --type merge -p '{"spec":{"template":{"spec":{"talosVersion":"v1.12"}}}}'
+		grep -q 'Spec is immutable' "$work/err" && ok "that refusal is CABPT's (Spec is immutable)" || fail "that refusal is CABPT's" "$(cat "$work/err")"
+	fi
+fi
+
 # ---------------------------------------------------------------- down
 data=$(env_of "$a" ETCD_DATA)
 silent_ok "down A" "$cp" down "$a"
-nothing_runs "down A leaves no process of A" "$a"
+nothing_runs "down A leaves no process of A (the CAPI and CABPT managers too)" "$a"
+check "down A removes capi.env" "capi.env left" test ! -e "$a/capi.env"
 check "down A removes the etcd data" "$data left" test ! -e "$data"
 silent_ok "down A again (idempotent)" "$cp" down "$a"
 refused "node on a downed DIR" any "$cp" node "$a" n3

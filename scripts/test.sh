@@ -168,6 +168,16 @@ if oracle_env=$(scripts/build-talos-oracle.sh path); then
 	set +a
 fi
 
+# The control-plane tier runs `capi` and the integration tier dry-runs the
+# docs' examples against the real Cluster API and CABPT.
+await capibuild "$capibuild_pid" "$work/capibuild.log" || {
+	echo "== Cluster API build failed: the tests that run it fail"
+	overall=1
+}
+if capi_dir=$(scripts/build-capi.sh path); then
+	export SR_CAPI_DIR=$capi_dir
+fi
+
 echo "== unit tests"
 timed "tier-unit" python3 scripts/run-tests.py run "$work/artifacts.json" unit "$results" || overall=1
 if cp_bin=$(scripts/build-control-plane.sh path); then
@@ -182,14 +192,6 @@ else
 fi
 
 for tier in api controller integration; do
-	if [ "$tier" = integration ]; then
-		# The docs' examples are dry-run against the real CAPI and CABPT.
-		await capibuild "$capibuild_pid" "$work/capibuild.log" || {
-			echo "== Cluster API build failed: the tests that run it fail"
-			overall=1
-		}
-		capi_dir=$(scripts/build-capi.sh path) && export SR_CAPI_DIR=$capi_dir
-	fi
 	echo "== $tier tests"
 	timed "tier-$tier" python3 scripts/run-tests.py run "$work/artifacts.json" "$tier" "$results" || overall=1
 done

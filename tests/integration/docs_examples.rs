@@ -30,7 +30,11 @@ const NOT_APPLIED: &[(&str, &str, &str)] = &[
         "ExtensionServiceConfig",
         "a Talos document (tests/talos_oracle.rs)",
     ),
-    ("v1alpha1", "SysctlConfig", "a Talos document (tests/talos_oracle.rs)"),
+    (
+        "v1alpha1",
+        "SysctlConfig",
+        "a Talos document (tests/talos_oracle.rs)",
+    ),
     (
         "v1alpha1",
         "NetworkRuleConfig",
@@ -76,14 +80,14 @@ fn examples() -> (Vec<Example>, Vec<String>) {
                 let Ok(object) = serde_json::to_value(&value) else {
                     continue;
                 };
-                let (Some(api), Some(kind)) = (object["apiVersion"].as_str(), object["kind"].as_str())
+                let (Some(api), Some(kind)) =
+                    (object["apiVersion"].as_str(), object["kind"].as_str())
                 else {
                     continue; // a fragment (a patch, a field list), not an object
                 };
                 let origin = format!("{}:{start}", rel(&page));
-                if let Some((.., why)) = NOT_APPLIED
-                    .iter()
-                    .find(|(a, k, _)| *a == api && *k == kind)
+                if let Some((.., why)) =
+                    NOT_APPLIED.iter().find(|(a, k, _)| *a == api && *k == kind)
                 {
                     skipped.push(format!("{origin}: {api} {kind}: {why}"));
                     continue;
@@ -149,6 +153,8 @@ fn dry_run(cluster: &RealCluster, object: &Value) -> Result<Value, String> {
             "--server-side",
             "--dry-run=server",
             "--field-manager=docs-example",
+            // Past a field another manager owns, to the webhooks' verdict.
+            "--force-conflicts",
             "-o",
             "json",
             "-f",
@@ -165,13 +171,21 @@ fn dry_run(cluster: &RealCluster, object: &Value) -> Result<Value, String> {
 #[test]
 fn every_kubernetes_object_in_the_docs_is_accepted_by_the_real_server_with_capi_webhooks() {
     let (examples, skipped) = examples();
-    eprintln!("not applied (no API server here takes them):\n  {}", skipped.join("\n  "));
+    eprintln!(
+        "not applied (no API server here takes them):\n  {}",
+        skipped.join("\n  ")
+    );
     let kinds: Vec<&str> = examples
         .iter()
         .filter_map(|e| e.object["kind"].as_str())
         .collect();
     // The examples the gate's safety rests on must be among the judged.
-    for needed in ["MachineHealthCheck", "TalosConfigTemplate", "RuntimeClass", "NetworkPolicy"] {
+    for needed in [
+        "MachineHealthCheck",
+        "TalosConfigTemplate",
+        "RuntimeClass",
+        "NetworkPolicy",
+    ] {
         assert!(
             kinds.contains(&needed),
             "no {needed} among the docs' examples any more: {kinds:?}"
@@ -189,7 +203,8 @@ fn every_kubernetes_object_in_the_docs_is_accepted_by_the_real_server_with_capi_
                 if e.object["kind"] == "MachineHealthCheck" {
                     let cluster_name = &e.object["spec"]["clusterName"];
                     assert_eq!(
-                        &stored["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"], cluster_name,
+                        &stored["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"],
+                        cluster_name,
                         "{}: CAPI's defaulting webhook did not run on this MachineHealthCheck",
                         e.origin
                     );
@@ -283,7 +298,10 @@ fn the_controller_pages_overlay_over_deploy_is_accepted_by_the_real_server() {
         }
         ensure_namespace(cluster, &object);
         dry_run(cluster, &object).unwrap_or_else(|why| {
-            panic!("deploy/ through the docs' overlay: {} refused: {why}", object["kind"])
+            panic!(
+                "deploy/ through the docs' overlay: {} refused: {why}",
+                object["kind"]
+            )
         });
         n += 1;
     }
@@ -300,5 +318,173 @@ fn copy_dir(from: &Path, to: &Path) {
         } else {
             std::fs::copy(entry.path(), &target).unwrap();
         }
+    }
+}
+
+/// The shell commands of a fenced `sh` block, continuation lines joined and
+/// a quoted argument spanning lines kept whole.
+fn shell_commands(block: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for line in block.lines() {
+        let line = line.trim_end();
+        if cur.is_empty() && (line.trim().is_empty() || line.trim_start().starts_with('#')) {
+            continue;
+        }
+        if let Some(head) = line.strip_suffix('\\') {
+            cur.push_str(head);
+            continue;
+        }
+        cur.push_str(line);
+        if cur.matches('\'').count() % 2 == 1 {
+            cur.push('\n'); // inside a single-quoted argument
+            continue;
+        }
+        out.push(std::mem::take(&mut cur));
+    }
+    out
+}
+
+/// The quick start's management-cluster commands (steps 4, 6 and 7:
+/// create the copied templates, point the MachineDeployment at them,
+/// annotate it for the mirror, add the gate with a JSON patch) run as
+/// written, with `bash`, against the real server with CAPI's and CABPT's
+/// webhooks, on a MachineDeployment that already has a gate of another
+/// controller. What they must leave: both templates, the MachineDeployment
+/// on the last one, the mirror annotation, and both gates (the JSON-patch
+/// `add` keeps the one that was there). The `wait` commands need a running
+/// pool and are left to the rollout tests.
+#[test]
+fn the_quick_starts_management_cluster_commands_run_as_written() {
+    let page = std::fs::read_to_string(root().join("docs/get-started/quick-start.md")).unwrap();
+    let commands: Vec<String> = fenced(&page, "sh")
+        .iter()
+        .flat_map(|(_, b)| shell_commands(b))
+        .filter(|c| c.starts_with("kubectl --kubeconfig mgmt.kubeconfig -n $NS "))
+        .collect();
+    let (run, waits): (Vec<&String>, Vec<&String>) =
+        commands.iter().partition(|c| !c.contains(" wait "));
+    assert!(
+        run.len() >= 5 && !waits.is_empty(),
+        "the quick start's management commands changed shape: {commands:#?}"
+    );
+
+    let cluster = judge();
+    let ns = cluster.unique("tenant");
+    let md = format!("{ns}-workers");
+    cluster.kubectl_ok(&["create", "namespace", &ns], None);
+    // The pool as the quick start finds it: its MachineDeployment (on a
+    // template of its own, with another controller's gate) and that
+    // template. No Cluster object: CAPI's webhook refuses one without a
+    // control-plane or infrastructure reference, and none exists here.
+    let base_template = examples()
+        .0
+        .into_iter()
+        .find(|e| e.object["kind"] == "TalosConfigTemplate")
+        .unwrap()
+        .object;
+    let template = |name: &str| {
+        let mut t = base_template.clone();
+        t["metadata"] = serde_json::json!({"name": name, "namespace": ns});
+        t
+    };
+    let pool = [
+        template(&format!("{md}-old")),
+        serde_json::json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
+         "metadata": {"name": md, "namespace": ns},
+         "spec": {"clusterName": ns, "replicas": 0, "template": {"spec": {
+             "clusterName": ns,
+             "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io",
+                                         "kind": "TalosConfigTemplate", "name": format!("{md}-old")}},
+             "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                   "kind": "TestMachineTemplate", "name": "unused"},
+             "readinessGates": [{"conditionType": "example.com/OtherGate"}]}}}}),
+    ];
+    for object in &pool {
+        cluster.kubectl_ok(
+            &["apply", "--server-side", "-f", "-"],
+            Some(&object.to_string()),
+        );
+    }
+
+    let work = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        cluster.admin_kubeconfig(),
+        work.path().join("mgmt.kubeconfig"),
+    )
+    .unwrap();
+    for (file, name) in [("tct-agent.yaml", "agent"), ("tct-userns.yaml", "userns")] {
+        std::fs::write(
+            work.path().join(file),
+            template(&format!("{md}-{name}")).to_string(),
+        )
+        .unwrap();
+    }
+    let path = format!(
+        "{}:{}",
+        cluster.kubectl_bin().parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for command in &run {
+        let out = std::process::Command::new("bash")
+            .args(["-euo", "pipefail", "-c", command])
+            .current_dir(work.path())
+            .env("PATH", &path)
+            .env("NS", &ns)
+            .env("MD", &md)
+            .env_remove("KUBECONFIG")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "quick start command failed: {command}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    eprintln!("not run here (they wait for a rolled pool): {waits:#?}");
+
+    let got: Value = serde_json::from_str(&cluster.kubectl_ok(
+        &["-n", &ns, "get", "machinedeployment", &md, "-o", "json"],
+        None,
+    ))
+    .unwrap();
+    let spec = &got["spec"]["template"]["spec"];
+    assert_eq!(
+        spec["bootstrap"]["configRef"]["name"],
+        format!("{md}-userns"),
+        "{spec}"
+    );
+    assert_eq!(
+        got["metadata"]["annotations"]["sandbox-readiness.io/mirror"], "true",
+        "{got}"
+    );
+    let gates: Vec<&str> = spec["readinessGates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g["conditionType"].as_str())
+        .collect();
+    assert_eq!(
+        gates,
+        ["example.com/OtherGate", "sandbox-readiness.io/SandboxReady"],
+        "the JSON-patch add must keep the gate that was there"
+    );
+    // CAPI's defaulting webhook made the selector the rollout matches by.
+    assert_eq!(
+        got["spec"]["selector"]["matchLabels"]["cluster.x-k8s.io/deployment-name"],
+        md.as_str(),
+        "{got}"
+    );
+    for name in ["agent", "userns"] {
+        cluster.kubectl_ok(
+            &[
+                "-n",
+                &ns,
+                "get",
+                "talosconfigtemplate",
+                &format!("{md}-{name}"),
+            ],
+            None,
+        );
     }
 }
