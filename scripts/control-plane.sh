@@ -44,7 +44,9 @@
 # port reservations shared by every cluster on this machine, default
 # /tmp/sr-control-plane), SR_CONTROL_PLANE_READY_TIMEOUT (s, default 60),
 # SR_NODE_RUNTIME_VERSION (a registered Node's containerRuntimeVersion,
-# default containerd://2.1.0: no runtime runs behind these Nodes), SR_CAPI_DIR
+# default containerd://2.1.0: no runtime runs behind these Nodes),
+# SR_NODE_PROVIDER_ID (the Node's spec.providerID, as kubelet's
+# --provider-id sets it at registration; default none), SR_CAPI_DIR
 # (for `capi`: the build; default what `scripts/build-capi.sh path` prints).
 set -euo pipefail
 
@@ -642,7 +644,7 @@ metadata:
     beta.kubernetes.io/arch: $arch
   annotations:
     volumes.kubernetes.io/controller-managed-attach-detach: "true"
-spec: {}
+spec: {${SR_NODE_PROVIDER_ID:+providerID: "$SR_NODE_PROVIDER_ID"}}
 EOF
 		) || [[ $out == *AlreadyExists* || $out == *"already exists"* ]] ||
 			die "registering Node $name failed: $(printf '%s' "$out" | head -n1)"

@@ -257,6 +257,9 @@ pub struct AgentSpec {
     /// `prlimit --nofile=…`); only without `limit`.
     pub wrapper: Vec<String>,
     pub extra: Vec<String>,
+    /// Environment the agent gets on top of the test's (an
+    /// ExtensionServiceConfig's `environment`, as machined sets it).
+    pub env: Vec<(String, String)>,
 }
 
 impl AgentSpec {
@@ -268,6 +271,7 @@ impl AgentSpec {
             boot_id_file: None,
             wrapper: Vec::new(),
             extra: extra.iter().map(ToString::to_string).collect(),
+            env: Vec::new(),
         }
     }
 
@@ -357,6 +361,7 @@ impl Agent {
         );
         let mut child = cmd
             .args(&serve)
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -435,6 +435,66 @@ impl RealCluster {
         serde_json::from_slice(&answer).unwrap()
     }
 
+    /// As [`get`](Self::get), a refusal (a 429 while the server's storage
+    /// initializes, a 5xx) as an error instead of a failed test.
+    pub fn try_get(&self, path: &str) -> Result<Option<Value>, String> {
+        let (code, body) = self.https("GET", path, None, Vec::new())?;
+        match code {
+            200 => serde_json::from_slice(&body)
+                .map(Some)
+                .map_err(|e| e.to_string()),
+            404 => Ok(None),
+            c => Err(format!(
+                "GET {path}: {c} {}",
+                String::from_utf8_lossy(&body)
+            )),
+        }
+    }
+
+    /// As [`write`](Self::write), the refusal as an error instead of a
+    /// failed test: `(status, body)` of anything but 200/201.
+    pub fn try_write(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: &str,
+        body: &Value,
+    ) -> Result<Value, (u16, String)> {
+        let (code, answer) = self
+            .https(
+                method,
+                path,
+                Some(content_type),
+                serde_json::to_vec(body).unwrap(),
+            )
+            .map_err(|e| (0, e))?;
+        if code == 200 || code == 201 {
+            serde_json::from_slice(&answer).map_err(|e| (code, e.to_string()))
+        } else {
+            Err((code, String::from_utf8_lossy(&answer).into_owned()))
+        }
+    }
+
+    /// Registers Node `name` as kubelet started with `--provider-id` does
+    /// (the Node carries `spec.providerID` from its creation on).
+    pub fn node_with_provider_id(&self, name: &str, provider_id: &str) -> PathBuf {
+        let out = Command::new(script("control-plane.sh"))
+            .arg("node")
+            .arg(&self.dir)
+            .arg(name)
+            .env("SR_CONTROL_PLANE_BIN", &self.bin)
+            .env("SR_NODE_PROVIDER_ID", provider_id)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "registering Node {name} on the real cluster: {}",
+            first_line(&out.stderr)
+        );
+        self.dir.join("nodes").join(format!("{name}.kubeconfig"))
+    }
+
     /// The Node as the API server holds it (`Value::Null` when there is
     /// none).
     pub fn get_node(&self, name: &str) -> Value {
