@@ -1284,9 +1284,21 @@ fn the_pool_wide_configuration_reports_through_the_node() {
         String::from_utf8_lossy(&out.stderr),
         node.log()
     );
-    let out = kubectl(&["get", "node", "worker-1", "-o", "json"]);
-    assert!(out.status.success());
-    let n: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The condition (nodes/status) and the labels and annotation (the Node
+    // itself) are two writes, as the API has them: read until both landed.
+    let read = || {
+        let out = kubectl(&["get", "node", "worker-1", "-o", "json"]);
+        assert!(out.status.success());
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut n = read();
+    while n["metadata"]["annotations"]["sandbox-readiness.io/desired"].is_null()
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(200));
+        n = read();
+    }
     let cond = n["status"]["conditions"]
         .as_array()
         .unwrap()
