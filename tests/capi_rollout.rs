@@ -18,7 +18,7 @@ mod support;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::Arc,
     time::{Duration, Instant},
@@ -118,7 +118,7 @@ fn node_condition(workload: &RealCluster, node: &str) -> Option<String> {
 
 /// What a failed wait shows: each Machine's and TalosConfig's conditions,
 /// the tails of the managers' and the controller's logs.
-fn diagnose(mgmt: &RealCluster, ns: &str, controller_log: &std::path::Path) -> String {
+fn diagnose(mgmt: &RealCluster, ns: &str, controller_log: &Path) -> String {
     let mut out = String::new();
     for what in [
         "machines.cluster.x-k8s.io",
@@ -129,7 +129,7 @@ fn diagnose(mgmt: &RealCluster, ns: &str, controller_log: &std::path::Path) -> S
         let (_, text, _) = mgmt.kubectl(&["-n", ns, "get", what, "-o", "yaml"]);
         out.push_str(&format!("--- {what}\n{text}\n"));
     }
-    let tail = |p: &std::path::Path| {
+    let tail = |p: &Path| {
         let t = std::fs::read_to_string(p).unwrap_or_default();
         let lines: Vec<&str> = t.lines().collect();
         lines[lines.len().saturating_sub(25)..].join("\n")
@@ -144,103 +144,184 @@ fn diagnose(mgmt: &RealCluster, ns: &str, controller_log: &std::path::Path) -> S
     out
 }
 
-#[test]
-fn a_rollout_to_the_userns_sysctl_waits_for_each_new_nodes_verdict() {
-    let ctl = controller_bin();
-    let mgmt = Arc::new(RealCluster::private());
-    mgmt.start_capi();
-    let workload = Arc::new(RealCluster::private());
-    let ns = "pool-a";
-    mgmt.kubectl_ok(&["create", "namespace", ns], None);
-    let providers = Providers::start(mgmt.clone(), workload.clone(), ns);
+/// One pool on its own management and workload clusters: CAPI, CABPT,
+/// the test providers, the controller, and a MachineDeployment `workers`
+/// of 2 replicas (maxSurge 1, maxUnavailable 0) on the plain template.
+struct Pool {
+    mgmt: Arc<RealCluster>,
+    workload: Arc<RealCluster>,
+    providers: Providers,
+    controller: Option<Killed>,
+    dir: tempfile::TempDir,
+    ns: &'static str,
+}
 
-    let port: u16 = workload
-        .server_url()
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
-    let objects = [
-        json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TestCluster",
-            "metadata": {"name": "c1", "namespace": ns},
-            "spec": {"controlPlaneEndpoint": {"host": "127.0.0.1", "port": port}}}),
-        json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1alpha1", "kind": "TestControlPlane",
-            "metadata": {"name": "c1-cp", "namespace": ns}, "spec": {}}),
-        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-            "metadata": {"name": "c1", "namespace": ns},
-            "spec": {
-                "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "TestControlPlane", "name": "c1-cp"},
-                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "TestCluster", "name": "c1"}}}),
-        json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TestMachineTemplate",
-            "metadata": {"name": "workers", "namespace": ns}, "spec": {"template": {"spec": {}}}}),
-        talos_config_template(ns, "workers-plain", false),
-        talos_config_template(ns, "workers-userns", true),
-        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
-            "metadata": {"name": "workers", "namespace": ns},
-            "spec": {"clusterName": "c1", "replicas": 2,
-                "rollout": {"strategy": {"type": "RollingUpdate",
-                    "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}},
-                "template": {"spec": {"clusterName": "c1",
-                    "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io",
-                        "kind": "TalosConfigTemplate", "name": "workers-plain"}},
-                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
-                        "kind": "TestMachineTemplate", "name": "workers"},
-                    "minReadySeconds": 1,
-                    "readinessGates": [{"conditionType": GATE}]}}}}),
-    ];
-    for o in &objects {
-        mgmt.kubectl_ok(&["apply", "--server-side", "-f", "-"], Some(&o.to_string()));
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let _controller = Killed(
-        Command::new(&ctl)
-            .arg("--kubeconfig")
-            .arg(mgmt.admin_kubeconfig())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("controller.log")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-
-    // The pool comes up on the plain template.
-    let started = Instant::now();
-    let old: BTreeSet<String> = loop {
-        let s = sample(&mgmt, ns);
-        let ready: BTreeSet<String> = s
-            .iter()
-            .filter(|(_, (r, d, _))| *r && !*d)
-            .map(|(n, _)| n.clone())
-            .collect();
-        if ready.len() == 2 {
-            break ready;
+impl Pool {
+    fn start(gated: bool) -> Pool {
+        let mgmt = Arc::new(RealCluster::private());
+        mgmt.start_capi();
+        let workload = Arc::new(RealCluster::private());
+        let ns = "pool-a";
+        mgmt.kubectl_ok(&["create", "namespace", ns], None);
+        let providers = Providers::start(mgmt.clone(), workload.clone(), ns);
+        let port: u16 = workload
+            .server_url()
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let gates = if gated {
+            json!([{"conditionType": GATE}])
+        } else {
+            json!([])
+        };
+        let objects = [
+            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TestCluster",
+                "metadata": {"name": "c1", "namespace": ns},
+                "spec": {"controlPlaneEndpoint": {"host": "127.0.0.1", "port": port}}}),
+            json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1alpha1", "kind": "TestControlPlane",
+                "metadata": {"name": "c1-cp", "namespace": ns}, "spec": {}}),
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": "c1", "namespace": ns},
+                "spec": {
+                    "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "TestControlPlane", "name": "c1-cp"},
+                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "TestCluster", "name": "c1"}}}),
+            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TestMachineTemplate",
+                "metadata": {"name": "workers", "namespace": ns}, "spec": {"template": {"spec": {}}}}),
+            // A cloud image whose kernel does not apply the sysctl: a node
+            // that does not converge, whatever its bootstrap data says.
+            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TestMachineTemplate",
+                "metadata": {"name": "workers-broken", "namespace": ns},
+                "spec": {"template": {"spec": {"ignoredSysctls": ["user.max_user_namespaces"]}}}}),
+            talos_config_template(ns, "workers-plain", false),
+            talos_config_template(ns, "workers-userns", true),
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
+                "metadata": {"name": "workers", "namespace": ns},
+                "spec": {"clusterName": "c1", "replicas": 2,
+                    "rollout": {"strategy": {"type": "RollingUpdate",
+                        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}},
+                    "template": {"spec": {"clusterName": "c1",
+                        "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io",
+                            "kind": "TalosConfigTemplate", "name": "workers-plain"}},
+                        "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                            "kind": "TestMachineTemplate", "name": "workers"},
+                        "minReadySeconds": 1,
+                        "readinessGates": gates}}}}),
+        ];
+        for o in &objects {
+            mgmt.kubectl_ok(&["apply", "--server-side", "-f", "-"], Some(&o.to_string()));
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(90),
-            "the pool never had 2 Ready Machines: {s:?}\nproviders: {:?}\n{}",
-            providers.record(),
-            diagnose(&mgmt, ns, &dir.path().join("controller.log"))
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    };
-    eprintln!("pool up in {:?}: {old:?}", started.elapsed());
+        let mut pool = Pool {
+            mgmt,
+            workload,
+            providers,
+            controller: None,
+            dir: tempfile::tempdir().unwrap(),
+            ns,
+        };
+        pool.start_controller();
+        pool
+    }
 
-    // The rollout: the template that raises the sysctl and tells the agent.
-    mgmt.write(
-        "PATCH",
-        &format!("{CAPI}/namespaces/{ns}/machinedeployments/workers"),
-        "application/merge-patch+json",
-        &json!({"spec": {"template": {"spec": {"bootstrap": {"configRef": {"name": "workers-userns"}}}}}}),
-    );
+    fn start_controller(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("controller.log"))
+            .unwrap();
+        self.controller = Some(Killed(
+            Command::new(controller_bin())
+                .arg("--kubeconfig")
+                .arg(self.mgmt.admin_kubeconfig())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        ));
+    }
+
+    fn stop_controller(&mut self) {
+        self.controller = None;
+    }
+
+    fn sample(&self) -> Sample {
+        sample(&self.mgmt, self.ns)
+    }
+
+    fn diagnose(&self) -> String {
+        format!(
+            "providers: {:?}\n{}",
+            self.providers.record(),
+            diagnose(&self.mgmt, self.ns, &self.dir.path().join("controller.log"))
+        )
+    }
+
+    /// Waits until `n` Machines are Ready and none is being deleted: their
+    /// names.
+    fn wait_ready(&self, n: usize, within: Duration) -> BTreeSet<String> {
+        let started = Instant::now();
+        loop {
+            let s = self.sample();
+            let ready: BTreeSet<String> = s
+                .iter()
+                .filter(|(_, (r, d, _))| *r && !*d)
+                .map(|(n, _)| n.clone())
+                .collect();
+            if ready.len() == n && s.len() == n {
+                eprintln!(
+                    "{n} Machines Ready after {:?}: {ready:?}",
+                    started.elapsed()
+                );
+                return ready;
+            }
+            assert!(
+                started.elapsed() < within,
+                "the pool never had {n} Ready Machines: {s:?}\n{}",
+                self.diagnose()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Points the MachineDeployment at another bootstrap template (and
+    /// infrastructure template): CAPI rolls the pool.
+    fn roll_to(&self, bootstrap: &str, infrastructure: &str) {
+        self.mgmt.write(
+            "PATCH",
+            &format!("{CAPI}/namespaces/{}/machinedeployments/workers", self.ns),
+            "application/merge-patch+json",
+            &json!({"spec": {"template": {"spec": {
+                "bootstrap": {"configRef": {"name": bootstrap}},
+                "infrastructureRef": {"name": infrastructure}}}}}),
+        );
+    }
+
+    fn machine(&self, name: &str) -> Option<Value> {
+        self.mgmt
+            .get(&format!("{CAPI}/namespaces/{}/machines/{name}", self.ns))
+    }
+}
+
+/// Samples the pool while a rollout runs: asserts that never fewer than
+/// `replicas` Machines are Ready and not being deleted (maxUnavailable 0),
+/// and, for each new Machine, that its Node already said True when CAPI
+/// first showed it Ready. Returns when no `old` Machine is left and
+/// `replicas` new ones are Ready: when each new one turned Ready.
+fn watch_rollout(
+    pool: &Pool,
+    old: &BTreeSet<String>,
+    replicas: usize,
+    within: Duration,
+    mut each: impl FnMut(&Sample, &BTreeMap<String, Duration>),
+) -> BTreeMap<String, Duration> {
     let rolled = Instant::now();
     let mut ready_at: BTreeMap<String, Duration> = BTreeMap::new();
-    let mut verdict_before_ready = BTreeMap::new();
     loop {
-        let s = sample(&mgmt, ns);
-        // maxUnavailable 0: never fewer than 2 Ready Machines not being deleted.
+        let s = pool.sample();
         let serving = s.values().filter(|(r, d, _)| *r && !*d).count();
         assert!(
-            serving >= 2,
+            serving >= replicas,
             "the rollout left {serving} Ready Machines: {s:?}"
         );
         for (name, (ready, _, node)) in &s {
@@ -248,37 +329,38 @@ fn a_rollout_to_the_userns_sysctl_waits_for_each_new_nodes_verdict() {
                 continue;
             }
             ready_at.insert(name.clone(), rolled.elapsed());
-            // When CAPI first shows it Ready, its Node already says True.
             let node = node.clone().expect("a Ready Machine has a nodeRef");
-            verdict_before_ready.insert(name.clone(), node_condition(&workload, &node));
+            assert_eq!(
+                node_condition(&pool.workload, &node).as_deref(),
+                Some("True"),
+                "{name} was Ready before its Node's {GATE} was True"
+            );
         }
+        each(&s, &ready_at);
         let old_left = s.keys().filter(|n| old.contains(*n)).count();
-        if old_left == 0 && ready_at.len() >= 2 {
-            break;
+        if old_left == 0 && ready_at.len() >= replicas {
+            eprintln!(
+                "rolled in {:?}: new Machines Ready at {ready_at:?}",
+                rolled.elapsed()
+            );
+            return ready_at;
         }
         assert!(
-            rolled.elapsed() < Duration::from_secs(300),
-            "the rollout did not finish: {s:?}\nproviders: {:?}\n{}",
-            providers.record(),
-            diagnose(&mgmt, ns, &dir.path().join("controller.log"))
+            rolled.elapsed() < within,
+            "the rollout did not finish: {s:?}\n{}",
+            pool.diagnose()
         );
         std::thread::sleep(Duration::from_millis(250));
     }
-    eprintln!(
-        "rolled in {:?}: new Machines Ready at {ready_at:?}",
-        rolled.elapsed()
-    );
-    for (m, v) in &verdict_before_ready {
-        assert_eq!(
-            v.as_deref(),
-            Some("True"),
-            "{m} was Ready before its Node's {GATE} was True"
-        );
-    }
-    let record = providers.record();
-    for m in ready_at.keys() {
-        let infra = mgmt
-            .get(&format!("{CAPI}/namespaces/{ns}/machines/{m}"))
+}
+
+/// Each new Machine's node booted with the raised limit (from its
+/// bootstrap data, as the provider read it).
+fn assert_new_nodes_raised(pool: &Pool, machines: &BTreeMap<String, Duration>) {
+    let record = pool.providers.record();
+    for m in machines.keys() {
+        let infra = pool
+            .machine(m)
             .map(|m| {
                 m["spec"]["infrastructureRef"]["name"]
                     .as_str()
@@ -286,12 +368,203 @@ fn a_rollout_to_the_userns_sysctl_waits_for_each_new_nodes_verdict() {
                     .to_string()
             })
             .unwrap_or_default();
-        if let Some(limit) = record.nodes.get(&infra) {
-            assert_eq!(*limit, 11255, "{m}'s node booted without the raised limit");
-        }
+        assert_eq!(
+            record.nodes.get(&infra),
+            Some(&11255),
+            "{m}'s node did not boot with the raised limit: {record:?}"
+        );
     }
-    assert!(
-        record.stopped.len() >= 2,
+}
+
+/// 1. A pool rolls from a template without the userns sysctl to one that
+///    raises it: each new Machine turns Ready only after its Node's
+///    condition is True, and CAPI deletes an old Machine only as a new one
+///    becomes Available (never fewer than 2 Ready).
+#[test]
+fn a_rollout_to_the_userns_sysctl_waits_for_each_new_nodes_verdict() {
+    let pool = Pool::start(true);
+    let old = pool.wait_ready(2, Duration::from_secs(240));
+    pool.roll_to("workers-userns", "workers");
+    let new = watch_rollout(&pool, &old, 2, Duration::from_secs(300), |_, _| {});
+    assert_new_nodes_raised(&pool, &new);
+    // The old nodes went as a cloud's do: their TestMachines' finalizer
+    // stopped their agents once CAPI deleted them.
+    let record = pool.providers.record();
+    assert_eq!(
+        record.stopped.len(),
+        2,
         "the old nodes were not stopped by their finalizer: {record:?}"
     );
+}
+
+/// 2. A template whose nodes ignore the sysctl: the rollout stalls (no old
+///    Machine deleted, maxUnavailable 0), the new Machine's Ready says why,
+///    and a MachineHealthCheck on the condition remediates the broken
+///    Machine — which comes back broken (one remediation asserted, not
+///    convergence).
+#[test]
+fn a_template_whose_nodes_ignore_the_sysctl_stalls_and_is_remediated() {
+    let pool = Pool::start(true);
+    let old = pool.wait_ready(2, Duration::from_secs(240));
+    let mhc = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
+        "metadata": {"name": "workers-sandbox", "namespace": pool.ns},
+        "spec": {"clusterName": "c1",
+            "selector": {"matchLabels": {"cluster.x-k8s.io/deployment-name": "workers"}},
+            "checks": {"unhealthyNodeConditions": [
+                {"type": GATE, "status": "False", "timeoutSeconds": 10}]}}});
+    pool.mgmt.kubectl_ok(
+        &["apply", "--server-side", "-f", "-"],
+        Some(&mhc.to_string()),
+    );
+    pool.roll_to("workers-userns", "workers-broken");
+
+    // The first broken Machine: it gets a Node, the Node says False, the
+    // Machine is held not Ready by the gate.
+    let started = Instant::now();
+    let broken = loop {
+        let s = pool.sample();
+        if let Some((name, _)) = s
+            .iter()
+            .find(|(n, (_, _, node))| !old.contains(*n) && node.is_some())
+        {
+            break name.clone();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no new Machine got a Node: {s:?}\n{}",
+            pool.diagnose()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let mut why = String::new();
+    let mut remediated = false;
+    while started.elapsed() < Duration::from_secs(150) && !remediated {
+        let s = pool.sample();
+        for m in &old {
+            let (ready, deleting, _) = s.get(m).copied_state();
+            assert!(
+                ready && !deleting,
+                "old Machine {m} lost while the new one is broken: {s:?}"
+            );
+        }
+        if let Some((ready, deleting, _)) = s.get(&broken) {
+            assert!(!ready, "the broken Machine {broken} turned Ready: {s:?}");
+            remediated = *deleting;
+        } else {
+            remediated = true; // deleted and gone between two samples
+        }
+        if let Some(m) = pool.machine(&broken) {
+            if let Some(c) = m["status"]["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+            {
+                why = c["message"].as_str().unwrap_or_default().to_string();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(
+        why.contains(GATE),
+        "the broken Machine's Ready does not name the gate: {why:?}"
+    );
+    assert!(
+        remediated,
+        "the MachineHealthCheck did not remediate {broken}\n{}",
+        pool.diagnose()
+    );
+    eprintln!(
+        "{broken} held by the gate ({why:?}) and remediated after {:?}",
+        started.elapsed()
+    );
+    // The replacement is broken too, and the old Machines stay.
+    let s = pool.sample();
+    for m in &old {
+        assert!(s.get(m).is_some_and(|(r, d, _)| *r && !*d), "{m}: {s:?}");
+    }
+}
+
+/// 3. The controller killed mid-rollout: no Machine turns Ready while it is
+///    down (nothing mirrors the new Nodes' verdicts); the rollout resumes
+///    when it is back.
+#[test]
+fn with_the_controller_down_no_machine_turns_ready_and_the_rollout_resumes() {
+    let mut pool = Pool::start(true);
+    let old = pool.wait_ready(2, Duration::from_secs(240));
+    pool.roll_to("workers-userns", "workers");
+    // Down once the first new Machine is Ready.
+    let started = Instant::now();
+    let first = loop {
+        let s = pool.sample();
+        if let Some((n, _)) = s.iter().find(|(n, (r, _, _))| !old.contains(*n) && *r) {
+            break n.clone();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(180),
+            "{}",
+            pool.diagnose()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    pool.stop_controller();
+    let down = Instant::now();
+    let ready_then: BTreeSet<String> = pool
+        .sample()
+        .iter()
+        .filter(|(_, (r, _, _))| *r)
+        .map(|(n, _)| n.clone())
+        .collect();
+    // A new Machine whose Node says True meanwhile stays not Ready.
+    let mut held = None;
+    while down.elapsed() < Duration::from_secs(40) {
+        let s = pool.sample();
+        for (n, (ready, _, node)) in &s {
+            assert!(
+                !*ready || ready_then.contains(n),
+                "{n} turned Ready while the controller was down: {s:?}"
+            );
+            if let Some(node) = node {
+                if !ready_then.contains(n)
+                    && node_condition(&pool.workload, node).as_deref() == Some("True")
+                {
+                    held.get_or_insert_with(|| (n.clone(), down.elapsed()));
+                }
+            }
+        }
+        if held
+            .as_ref()
+            .is_some_and(|(_, at)| down.elapsed() > *at + Duration::from_secs(10))
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let (held, _) = held.unwrap_or_else(|| {
+        panic!(
+            "no new Machine's Node turned True while the controller was down\n{}",
+            pool.diagnose()
+        )
+    });
+    eprintln!("{held} held not Ready for 10 s with its Node True and the controller down (first new: {first})");
+    pool.start_controller();
+    let remaining: BTreeSet<String> = old
+        .iter()
+        .filter(|m| pool.machine(m).is_some())
+        .cloned()
+        .collect();
+    let new = watch_rollout(&pool, &remaining, 2, Duration::from_secs(240), |_, _| {});
+    assert!(
+        new.contains_key(&held),
+        "{held} did not turn Ready after the restart: {new:?}"
+    );
+}
+
+/// `(ready, deleting, node)` of a sampled Machine; a missing one is
+/// neither ready nor deleting.
+trait CopiedState {
+    fn copied_state(self) -> (bool, bool, Option<String>);
+}
+impl CopiedState for Option<&(bool, bool, Option<String>)> {
+    fn copied_state(self) -> (bool, bool, Option<String>) {
+        self.cloned().unwrap_or((false, false, None))
+    }
 }
