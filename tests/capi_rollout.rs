@@ -174,7 +174,7 @@ impl Pool {
         let gates = if gated {
             json!([{"conditionType": GATE}])
         } else {
-            json!([])
+            Value::Null // no list yet, as on a pool that never had a gate
         };
         let objects = [
             json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TestCluster",
@@ -210,6 +210,14 @@ impl Pool {
                         "readinessGates": gates}}}}),
         ];
         for o in &objects {
+            let mut o = o.clone();
+            if o["kind"] == "MachineDeployment"
+                && o["spec"]["template"]["spec"]["readinessGates"].is_null()
+            {
+                if let Some(spec) = o["spec"]["template"]["spec"].as_object_mut() {
+                    spec.remove("readinessGates");
+                }
+            }
             mgmt.kubectl_ok(&["apply", "--server-side", "-f", "-"], Some(&o.to_string()));
         }
         let mut pool = Pool {
@@ -555,6 +563,82 @@ fn with_the_controller_down_no_machine_turns_ready_and_the_rollout_resumes() {
     assert!(
         new.contains_key(&held),
         "{held} did not turn Ready after the restart: {new:?}"
+    );
+}
+
+/// 4. The gate added to a running pool in the docs' order (mirror first,
+///    then the gate): CAPI pushes `readinessGates` onto the existing
+///    Machines in place, and none of them goes unready, because the
+///    controller had mirrored the condition before the gate arrived.
+#[test]
+fn the_gate_added_to_a_mirrored_pool_leaves_every_machine_ready() {
+    let pool = Pool::start(false);
+    let machines = pool.wait_ready(2, Duration::from_secs(240));
+    let md = format!("{CAPI}/namespaces/{}/machinedeployments/workers", pool.ns);
+    // Step 1 (docs/deployment/readiness-gate.md): mirror first.
+    pool.mgmt.write(
+        "PATCH",
+        &md,
+        "application/merge-patch+json",
+        &json!({"metadata": {"annotations": {"sandbox-readiness.io/mirror": "true"}}}),
+    );
+    let started = Instant::now();
+    let mirrored = |m: &str| {
+        pool.machine(m).is_some_and(|m| {
+            m["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["type"] == GATE && c["status"] == "True"))
+        })
+    };
+    while !machines.iter().all(|m| mirrored(m)) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the controller did not mirror the condition onto the ungated Machines\n{}",
+            pool.diagnose()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // Step 2: the gate, as a JSON patch that creates the list (the pool has
+    // none yet).
+    pool.mgmt.write(
+        "PATCH",
+        &md,
+        "application/json-patch+json",
+        &json!([{"op": "add", "path": "/spec/template/spec/readinessGates",
+                 "value": [{"conditionType": GATE}]}]),
+    );
+    let gated = Instant::now();
+    let mut in_place = BTreeSet::new();
+    while gated.elapsed() < Duration::from_secs(30) {
+        let s = pool.sample();
+        assert_eq!(
+            s.keys().cloned().collect::<BTreeSet<_>>(),
+            machines,
+            "adding the gate replaced Machines: {s:?}"
+        );
+        for m in &machines {
+            assert!(
+                s.get(m).is_some_and(|(r, d, _)| *r && !*d),
+                "{m} went unready when the gate arrived: {s:?}"
+            );
+            if pool.machine(m).is_some_and(|m| {
+                m["spec"]["readinessGates"]
+                    .as_array()
+                    .is_some_and(|g| g.iter().any(|g| g["conditionType"] == GATE))
+            }) {
+                in_place.insert(m.clone());
+            }
+        }
+        if in_place.len() == machines.len() && gated.elapsed() > Duration::from_secs(10) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!(
+        in_place,
+        machines,
+        "CAPI did not push the gate onto the existing Machines\n{}",
+        pool.diagnose()
     );
 }
 
