@@ -51,37 +51,6 @@ fn controller_bin() -> PathBuf {
     p
 }
 
-/// A TalosConfigTemplate as an operator writes one (docs/deployment/
-/// talosconfigtemplate.md): a generated worker config, the agent's
-/// ExtensionServiceConfig and, for the userns pool, the sysctl the agent is
-/// told to check.
-fn talos_config_template(ns: &str, name: &str, userns: bool) -> Value {
-    let mut env = vec![
-        "SANDBOX_READINESS_LISTEN=127.0.0.1:10150".to_string(),
-        "SANDBOX_READINESS_KUBECONFIG=/etc/kubernetes/kubeconfig-kubelet".to_string(),
-    ];
-    let mut machine = String::from("machine:\n  nodeLabels:\n    example.com/pool: gvisor\n");
-    if !userns {
-        // Told only what the pool already has (the quick start's step 4):
-        // Talos's default, which this config does not change.
-        env.push("SANDBOX_READINESS_SYSCTL=user.max_user_namespaces=0".into());
-    } else {
-        machine.push_str("  sysctls:\n    user.max_user_namespaces: \"11255\"\n");
-        env.push("SANDBOX_READINESS_SYSCTL=user.max_user_namespaces=11255".into());
-        env.push("SANDBOX_READINESS_REQUIRE_USERNS=true".into());
-    }
-    let esc = format!(
-        "apiVersion: v1alpha1\nkind: ExtensionServiceConfig\nname: sandbox-readiness\nenvironment:\n{}",
-        env.iter()
-            .map(|e| format!("  - {e}\n"))
-            .collect::<String>()
-    );
-    json!({"apiVersion": "bootstrap.cluster.x-k8s.io/v1alpha3", "kind": "TalosConfigTemplate",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"template": {"spec": {"generateType": "worker", "talosVersion": "v1.11",
-            "strategicPatches": [machine, esc]}}}})
-}
-
 /// One sample of the pool: Machine name → (Ready, deleting, node name).
 type Sample = BTreeMap<String, (bool, bool, Option<String>)>;
 
@@ -157,68 +126,40 @@ struct Pool {
 }
 
 impl Pool {
+    /// The pool of examples/rollout/ (through `kubectl kustomize`), its
+    /// MachineDeployment without the gate when `gated` is false.
     fn start(gated: bool) -> Pool {
         let mgmt = Arc::new(RealCluster::private());
         mgmt.start_capi();
         let workload = Arc::new(RealCluster::private());
         let ns = "pool-a";
-        mgmt.kubectl_ok(&["create", "namespace", ns], None);
+        let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/rollout");
         let providers = Providers::start(mgmt.clone(), workload.clone(), ns);
-        let port: u16 = workload
-            .server_url()
-            .rsplit(':')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
-        let gates = if gated {
-            json!([{"conditionType": GATE}])
+        if gated {
+            // As the example says to apply it.
+            mgmt.kubectl_ok(
+                &["apply", "--server-side", "-k", example.to_str().unwrap()],
+                None,
+            );
         } else {
-            Value::Null // no list yet, as on a pool that never had a gate
-        };
-        let objects = [
-            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TestCluster",
-                "metadata": {"name": "c1", "namespace": ns},
-                "spec": {"controlPlaneEndpoint": {"host": "127.0.0.1", "port": port}}}),
-            json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1alpha1", "kind": "TestControlPlane",
-                "metadata": {"name": "c1-cp", "namespace": ns}, "spec": {}}),
-            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-                "metadata": {"name": "c1", "namespace": ns},
-                "spec": {
-                    "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "TestControlPlane", "name": "c1-cp"},
-                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "TestCluster", "name": "c1"}}}),
-            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TestMachineTemplate",
-                "metadata": {"name": "workers", "namespace": ns}, "spec": {"template": {"spec": {}}}}),
-            // A cloud image whose kernel does not apply the sysctl: a node
-            // that does not converge, whatever its bootstrap data says.
-            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TestMachineTemplate",
-                "metadata": {"name": "workers-broken", "namespace": ns},
-                "spec": {"template": {"spec": {"ignoredSysctls": ["user.max_user_namespaces"]}}}}),
-            talos_config_template(ns, "workers-plain", false),
-            talos_config_template(ns, "workers-userns", true),
-            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
-                "metadata": {"name": "workers", "namespace": ns},
-                "spec": {"clusterName": "c1", "replicas": 2,
-                    "rollout": {"strategy": {"type": "RollingUpdate",
-                        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}},
-                    "template": {"spec": {"clusterName": "c1",
-                        "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io",
-                            "kind": "TalosConfigTemplate", "name": "workers-plain"}},
-                        "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
-                            "kind": "TestMachineTemplate", "name": "workers"},
-                        "minReadySeconds": 1,
-                        "readinessGates": gates}}}}),
-        ];
-        for o in &objects {
-            let mut o = o.clone();
-            if o["kind"] == "MachineDeployment"
-                && o["spec"]["template"]["spec"]["readinessGates"].is_null()
-            {
-                if let Some(spec) = o["spec"]["template"]["spec"].as_object_mut() {
-                    spec.remove("readinessGates");
+            let built = mgmt.kubectl_ok(&["kustomize", example.to_str().unwrap()], None);
+            let mut objects = Vec::new();
+            for doc in serde_yaml_ng::Deserializer::from_str(&built) {
+                let v = <serde_yaml_ng::Value as serde::Deserialize>::deserialize(doc).unwrap();
+                let mut o = serde_json::to_value(&v).unwrap();
+                if o["kind"] == "MachineDeployment" {
+                    o["spec"]["template"]["spec"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("readinessGates");
                 }
+                objects.push(o);
             }
-            mgmt.kubectl_ok(&["apply", "--server-side", "-f", "-"], Some(&o.to_string()));
+            // The Namespace before what lives in it.
+            objects.sort_by_key(|o| o["kind"] != "Namespace");
+            for o in &objects {
+                mgmt.kubectl_ok(&["apply", "--server-side", "-f", "-"], Some(&o.to_string()));
+            }
         }
         let mut pool = Pool {
             mgmt,
@@ -498,7 +439,9 @@ fn a_template_whose_nodes_ignore_the_sysctl_stalls_and_is_remediated() {
 fn with_the_controller_down_no_machine_turns_ready_and_the_rollout_resumes() {
     let mut pool = Pool::start(true);
     let old = pool.wait_ready(2, Duration::from_secs(240));
-    pool.roll_to("workers-userns", "workers");
+    // The change in the other shape: `generateType: none`, the whole
+    // machine config in `data`.
+    pool.roll_to("workers-userns-data", "workers");
     // Down once the first new Machine is Ready.
     let started = Instant::now();
     let first = loop {

@@ -14,8 +14,9 @@
 //!   `status.initialization.controlPlaneInitialized` — never a hand patch of
 //!   the Cluster's status. No `spec.version`, so MachineSet preflight
 //!   checks that compare versions have nothing to compare.
-//! - **TestCluster** (InfraCluster) reports `provisioned`; the Cluster
-//!   carries the workload server as its `controlPlaneEndpoint`.
+//! - **TestCluster** (InfraCluster) sets its `spec.controlPlaneEndpoint` to
+//!   the workload API server (a cloud's load balancer) and reports
+//!   `provisioned`; CAPI copies the endpoint onto the Cluster.
 //! - **TestMachine** (InfraMachine) is one node: once its Machine has
 //!   bootstrap data (CABPT's `<machine>-bootstrap-data` Secret), the
 //!   provider reads that machine config with the project's desired-state
@@ -176,8 +177,26 @@ impl World {
             self.mgmt
                 .try_get(&format!("{INFRA}/namespaces/{}/testclusters", self.ns)),
         ) {
+            let name = c["metadata"]["name"].as_str().unwrap_or_default();
+            // The cloud's load balancer in front of the control plane: the
+            // workload API server.
+            if c["spec"]["controlPlaneEndpoint"]["host"].is_null() {
+                let port: u16 = self
+                    .workload
+                    .server_url()
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or_default();
+                let _ = self.mgmt.try_write(
+                    "PATCH",
+                    &format!("{INFRA}/namespaces/{}/testclusters/{name}", self.ns),
+                    MERGE,
+                    &json!({"spec": {"controlPlaneEndpoint": {"host": "127.0.0.1", "port": port}}}),
+                );
+                continue;
+            }
             if c["status"]["initialization"]["provisioned"] != true {
-                let name = c["metadata"]["name"].as_str().unwrap_or_default();
                 self.patch_status(
                     INFRA,
                     "testclusters",
