@@ -1,5 +1,15 @@
 //! A MachineDeployment rollout played by the test by Cluster API's own
-//! rules, with the controller holding it through the readiness gate.
+//! rules, with two replicas of the controller under deploy/'s RBAC holding
+//! it through the readiness gate across a leader failover.
+//!
+//! What stays played, and why: the real Cluster API and CABPT roll real
+//! agents' pools in tests/capi_rollout.rs (the gate holding a rollout, a
+//! stalled one remediated, the controller down, the gate added in place);
+//! this file keeps only what those do not show yet — two controller
+//! replicas electing a leader through a Lease, each write counted against
+//! the Lease holder at that resourceVersion from the stand-in's change
+//! log, under the RBAC of deploy/ — until the controller tier moves onto
+//! the real control plane.
 //!
 //! The model (kubernetes-sigs/cluster-api v1.12.0):
 //! - `Ready` summarises the Machine's conditions and every
@@ -40,7 +50,6 @@ const REPLICAS: usize = 2;
 const MAX_SURGE: usize = 1;
 const MAX_UNAVAILABLE: usize = 0;
 const MIN_READY: Duration = Duration::from_secs(1);
-const HOLD: Duration = Duration::from_secs(30);
 const SYSCTL: (&str, &str) = ("user.max_user_namespaces", "11255");
 
 fn parse_time(s: &str) -> Option<SystemTime> {
@@ -234,7 +243,7 @@ async fn play_rollout(
                 provisioning.remove(&m);
             }
         }
-        // The limit raised on new-1's node after HOLD.
+        // The limit raised on new-1's node when `raise` says so.
         if raised_at.is_none() && raise(start.elapsed()) && env.status("new-1").is_some() {
             env.agent_writes("w-new-1", "True", "Converged", &[SYSCTL]);
             raised_at = Some(Instant::now());
@@ -272,59 +281,6 @@ async fn play_rollout(
         done: raised_at.unwrap().elapsed(),
         raised,
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_rollout_waits_for_the_new_workers_verdict() {
-    let env = Env::start().await;
-    env.deployment("md-a", true, true, MIN_READY.as_secs() as u32);
-    // The old MachineSet: two Machines whose agents check no sysctl (their
-    // pool set none), True.
-    let mut machines: BTreeMap<String, &str> = BTreeMap::new(); // name → "old" | "new"
-    old_machine_set(&env, &mut machines).await;
-    let _ctl = env.controller(&["--stale-after", "15m"]);
-    for i in 1..=REPLICAS {
-        env.wait_status(&format!("old-{i}"), "True", Duration::from_secs(20))
-            .await;
-    }
-    let Played {
-        history,
-        deleted,
-        first_true_after_raise,
-        done,
-        ..
-    } = play_rollout(
-        &env,
-        machines,
-        Duration::from_secs(90),
-        |t| t >= HOLD,
-        |_| {},
-    )
-    .await;
-    eprintln!(
-        "rollout: held {:?}; new-1 True {:?} after the limit was raised; completed {:?} after; deleted {deleted:?}; history {history:?}",
-        HOLD, first_true_after_raise, done
-    );
-    assert!(deleted.iter().all(|(_, at)| *at >= HOLD), "{deleted:?}");
-    assert_eq!(deleted.len(), REPLICAS);
-    assert_eq!(
-        history["new-1"],
-        ["Unknown", "False", "True"],
-        "{history:?}"
-    );
-    let t = first_true_after_raise.unwrap();
-    assert!(
-        t < Duration::from_secs(2),
-        "new-1 True {t:?} after its Node"
-    );
-    for (m, h) in &history {
-        assert_eq!(h.last().map(String::as_str), Some("True"), "{m}: {h:?}");
-        assert!(h.len() >= 2 && h[0] == "Unknown", "{m}: {h:?}");
-    }
-    assert!(
-        done < Duration::from_secs(10),
-        "the rollout took {done:?} once converged"
-    );
 }
 
 /// Every change of the Machines' gate condition and of the Lease's holder,
@@ -653,4 +609,17 @@ async fn two_replicas_under_deploys_rbac_hold_the_rollout_through_a_failover() {
         played.deleted
     );
     assert_eq!(played.deleted.len(), REPLICAS);
+    // Every new Machine's gate, as the played Machine controller saw it
+    // polled, ended True; new-1's turned True soon after its Node did.
+    for (m, h) in &played.history {
+        assert_eq!(h.last().map(String::as_str), Some("True"), "{m}: {h:?}");
+    }
+    let t = played
+        .first_true_after_raise
+        .expect("new-1 never turned True after the limit was raised");
+    // Within the failover bound: the raise may land before the successor leads.
+    assert!(
+        t < Duration::from_secs(25),
+        "new-1 True {t:?} after its Node"
+    );
 }
