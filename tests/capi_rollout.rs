@@ -595,3 +595,90 @@ impl CopiedState for Option<&(bool, bool, Option<String>)> {
         self.cloned().unwrap_or((false, false, None))
     }
 }
+
+/// The rollout bench (benches/rollout.sh; not in the test command): a pool
+/// of `SR_BENCH_REPLICAS` (default 10) rolls with maxSurge 1 onto the
+/// userns template, gated or not (`SR_BENCH_GATED=0`). Prints one line per
+/// run: the rollout's wall time and, per new Machine, the time from its
+/// Node's first True verdict to CAPI showing the Machine Ready (sampled
+/// every 250 ms), as median and max.
+#[test]
+#[ignore = "a benchmark: benches/rollout.sh runs it"]
+fn bench_rollout() {
+    let replicas: usize = std::env::var("SR_BENCH_REPLICAS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(10);
+    let gated = std::env::var("SR_BENCH_GATED").map_or(true, |g| g != "0");
+    let pool = Pool::start(gated);
+    pool.mgmt.write(
+        "PATCH",
+        &format!("{CAPI}/namespaces/{}/machinedeployments/workers", pool.ns),
+        "application/merge-patch+json",
+        &json!({"spec": {"replicas": replicas}}),
+    );
+    let old = pool.wait_ready(replicas, Duration::from_secs(600));
+    pool.roll_to("workers-userns", "workers");
+    let rolled = Instant::now();
+    let mut node_true: BTreeMap<String, Duration> = BTreeMap::new();
+    let new = watch_rollout_ungated_ok(&pool, &old, replicas, gated, &mut node_true);
+    let total = rolled.elapsed();
+    let mut delays: Vec<f64> = new
+        .iter()
+        .filter_map(|(m, ready)| {
+            node_true
+                .get(m)
+                .map(|t| ready.as_secs_f64() - t.as_secs_f64())
+        })
+        .collect();
+    delays.sort_by(f64::total_cmp);
+    let median = delays.get(delays.len() / 2).copied().unwrap_or(f64::NAN);
+    let max = delays.last().copied().unwrap_or(f64::NAN);
+    println!(
+        "bench rollout: replicas {replicas} gated {gated}: rolled in {:.1} s; Node verdict True -> Machine Ready: median {median:.2} s, max {max:.2} s over {} Machines",
+        total.as_secs_f64(),
+        delays.len()
+    );
+}
+
+/// As [`watch_rollout`], recording when each new Machine's Node first said
+/// True; without the gate a Machine may be Ready before its verdict.
+fn watch_rollout_ungated_ok(
+    pool: &Pool,
+    old: &BTreeSet<String>,
+    replicas: usize,
+    gated: bool,
+    node_true: &mut BTreeMap<String, Duration>,
+) -> BTreeMap<String, Duration> {
+    let rolled = Instant::now();
+    let mut ready_at = BTreeMap::new();
+    loop {
+        let s = pool.sample();
+        for (name, (ready, _, node)) in &s {
+            if old.contains(name) {
+                continue;
+            }
+            if let Some(node) = node {
+                if !node_true.contains_key(name)
+                    && node_condition(&pool.workload, node).as_deref() == Some("True")
+                {
+                    node_true.insert(name.clone(), rolled.elapsed());
+                }
+            }
+            if *ready && !ready_at.contains_key(name) {
+                if gated {
+                    assert!(node_true.contains_key(name), "{name} Ready before its verdict");
+                }
+                ready_at.insert(name.clone(), rolled.elapsed());
+            }
+        }
+        if s.keys().all(|n| !old.contains(n)) && ready_at.len() >= replicas {
+            return ready_at;
+        }
+        assert!(
+            rolled.elapsed() < Duration::from_secs(900),
+            "the rollout did not finish: {s:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
