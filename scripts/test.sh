@@ -5,9 +5,18 @@
 # each tier needs) through scripts/run-tests.py:
 #   unit, api, controller   no root (the node crate's own tests, the test API
 #                           server, the readiness-gate controller)
-#   integration             the real kernel, private containerds, runsc (root)
+#   integration             the real kernel, private containerds, runsc (root);
+#                           the real control plane with Cluster API and CABPT
+#                           (the docs' examples dry-run, real rollouts)
 #   slow                    the extension image, QEMU kernels, machined's
 #                           container
+# and, between unit and api, scripts/test-control-plane.sh (the control-plane
+# tier: scripts/control-plane.sh and `capi` on the real binaries).
+#
+# The Go-built parts start at t = 0 in the background into caches outside the
+# checkout (a warm run builds none): the Talos oracle and the control plane
+# (kube-apiserver, kube-controller-manager, kubectl, etcd), and beside them
+# Cluster API and CABPT (scripts/build-capi.sh).
 #
 # Timeline (two cores): the install step (apt, the Debian fetch, grpcurl,
 # the Rust musl targets) starts at t = 0 in the background while fmt, the
