@@ -30,7 +30,11 @@ const NOT_APPLIED: &[(&str, &str, &str)] = &[
         "ExtensionServiceConfig",
         "a Talos document (tests/talos_oracle.rs)",
     ),
-    ("v1alpha1", "SysctlConfig", "a Talos document (tests/talos_oracle.rs)"),
+    (
+        "v1alpha1",
+        "SysctlConfig",
+        "a Talos document (tests/talos_oracle.rs)",
+    ),
     (
         "v1alpha1",
         "NetworkRuleConfig",
@@ -76,14 +80,14 @@ fn examples() -> (Vec<Example>, Vec<String>) {
                 let Ok(object) = serde_json::to_value(&value) else {
                     continue;
                 };
-                let (Some(api), Some(kind)) = (object["apiVersion"].as_str(), object["kind"].as_str())
+                let (Some(api), Some(kind)) =
+                    (object["apiVersion"].as_str(), object["kind"].as_str())
                 else {
                     continue; // a fragment (a patch, a field list), not an object
                 };
                 let origin = format!("{}:{start}", rel(&page));
-                if let Some((.., why)) = NOT_APPLIED
-                    .iter()
-                    .find(|(a, k, _)| *a == api && *k == kind)
+                if let Some((.., why)) =
+                    NOT_APPLIED.iter().find(|(a, k, _)| *a == api && *k == kind)
                 {
                     skipped.push(format!("{origin}: {api} {kind}: {why}"));
                     continue;
@@ -165,13 +169,21 @@ fn dry_run(cluster: &RealCluster, object: &Value) -> Result<Value, String> {
 #[test]
 fn every_kubernetes_object_in_the_docs_is_accepted_by_the_real_server_with_capi_webhooks() {
     let (examples, skipped) = examples();
-    eprintln!("not applied (no API server here takes them):\n  {}", skipped.join("\n  "));
+    eprintln!(
+        "not applied (no API server here takes them):\n  {}",
+        skipped.join("\n  ")
+    );
     let kinds: Vec<&str> = examples
         .iter()
         .filter_map(|e| e.object["kind"].as_str())
         .collect();
     // The examples the gate's safety rests on must be among the judged.
-    for needed in ["MachineHealthCheck", "TalosConfigTemplate", "RuntimeClass", "NetworkPolicy"] {
+    for needed in [
+        "MachineHealthCheck",
+        "TalosConfigTemplate",
+        "RuntimeClass",
+        "NetworkPolicy",
+    ] {
         assert!(
             kinds.contains(&needed),
             "no {needed} among the docs' examples any more: {kinds:?}"
@@ -189,7 +201,8 @@ fn every_kubernetes_object_in_the_docs_is_accepted_by_the_real_server_with_capi_
                 if e.object["kind"] == "MachineHealthCheck" {
                     let cluster_name = &e.object["spec"]["clusterName"];
                     assert_eq!(
-                        &stored["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"], cluster_name,
+                        &stored["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"],
+                        cluster_name,
                         "{}: CAPI's defaulting webhook did not run on this MachineHealthCheck",
                         e.origin
                     );
@@ -283,7 +296,10 @@ fn the_controller_pages_overlay_over_deploy_is_accepted_by_the_real_server() {
         }
         ensure_namespace(cluster, &object);
         dry_run(cluster, &object).unwrap_or_else(|why| {
-            panic!("deploy/ through the docs' overlay: {} refused: {why}", object["kind"])
+            panic!(
+                "deploy/ through the docs' overlay: {} refused: {why}",
+                object["kind"]
+            )
         });
         n += 1;
     }

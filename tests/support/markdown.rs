@@ -65,4 +65,3 @@ pub fn fenced(text: &str, lang: &str) -> Vec<(usize, String)> {
 pub fn rel(p: &Path) -> String {
     p.strip_prefix(root()).unwrap_or(p).display().to_string()
 }
-

@@ -5,9 +5,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod docs;
-#[path = "../support/markdown.rs"]
-mod markdown;
 mod fuzz_parsers;
 mod generated_proto;
 mod gvisor_fixtures;
+#[path = "../support/markdown.rs"]
+mod markdown;
 mod tls;
