@@ -10,8 +10,6 @@
 //! `SANDBOX_READINESS_*` variable the docs name is one a binary reads.
 //! (The CLI references are checked by the binaries' own tests.)
 
-use std::path::{Path, PathBuf};
-
 use sandbox_readiness::{
     clidoc,
     desired::{findings, pool},
