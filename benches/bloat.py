@@ -3,8 +3,8 @@
 map file: a cargo-bloat without installing it, and without an unstripped
 build (the map names every input section, also of a stripped binary).
 
-    cargo rustc --profile ship --locked --bin sandbox-readiness \\
-        --target x86_64-unknown-linux-musl -- \\
+    cargo rustc --profile ship --locked --no-default-features \\
+        --bin sandbox-readiness --target x86_64-unknown-linux-musl -- \\
         -C link-arg=-Map=/tmp/x86_64.map    # rust-lld (both targets); through cc: -Wl,-Map=
     benches/bloat.py /tmp/x86_64.map                  # crates, largest first
     benches/bloat.py /tmp/x86_64.map --functions 40   # the 40 largest functions

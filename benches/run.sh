@@ -6,7 +6,8 @@
 #   benches/run.sh                 # build (release, static musl) and run everything
 #   SR_BENCH_SKIP_BUILD=1 benches/run.sh   # reuse the binaries already built
 # Also: SR_BENCH_LOAD=path (a built load client), SR_BENCH_BIN=path (another
-# agent build), SR_BENCH_KEEP=1 (keep the raw records in /tmp),
+# agent build), SR_BENCH_CHECK_BIN=path (the operator build the fan-out runs
+# `check` from; default the x86_64 ship operator build), SR_BENCH_KEEP=1 (keep the raw records in /tmp),
 # SR_BENCH_ONLY=section[,section...] (run only those: size idle watchers
 # growth latency throughput probe change hostile fanout boot nodecond), e.g.
 #   SR_BENCH_SKIP_BUILD=1 SR_BENCH_BIN=path SR_BENCH_ONLY=throughput benches/run.sh
@@ -123,8 +124,12 @@ X86=${CARGO_TARGET_DIR:-target}/x86_64-unknown-linux-musl/ship/sandbox-readiness
 ARM=${CARGO_TARGET_DIR:-target}/aarch64-unknown-linux-musl/ship/sandbox-readiness
 if [ -z "${SR_BENCH_SKIP_BUILD:-}" ]; then
 	note "build: static musl ship binaries (x86_64, aarch64) and the load client"
+	# The operator build (every command: the fan-out's `check` runs from it),
+	# then the node build, as the extension carries it (no `operator` feature).
 	cargo build --profile ship --target x86_64-unknown-linux-musl >&2
-	cargo build --profile ship --target aarch64-unknown-linux-musl >&2 ||
+	cp -f "$X86" "$X86-operator"
+	cargo build --profile ship --no-default-features --target x86_64-unknown-linux-musl >&2
+	cargo build --profile ship --no-default-features --target aarch64-unknown-linux-musl >&2 ||
 		note "aarch64 build failed (scripts/install-test-deps.sh installs clang)"
 fi
 # The load client is a bench target; built optimised but without the ship
@@ -493,7 +498,9 @@ fi
 
 ###############################################################################
 if only fanout; then
-	if "$BIN" check --help >/dev/null 2>&1; then
+	# `check` is an operator command: the node build (BIN) refuses it.
+	CHECK_BIN=${SR_BENCH_CHECK_BIN:-$X86-operator}
+	if "$CHECK_BIN" check --help >/dev/null 2>&1; then
 		note "fan-out: check over 1,000 endpoints (20 agents x 50 listen addresses)"
 		FAN_TIMEOUT=2
 		free_ports 1100 >"$OUT/ports"
@@ -513,7 +520,7 @@ if only fanout; then
 		for scenario in up holed; do
 			for rep in 1 2 3; do
 				st=0
-				/usr/bin/time -f '%e %M' -o "$OUT/time" "$BIN" check --nodes-file "$OUT/nodes-$scenario" \
+				/usr/bin/time -f '%e %M' -o "$OUT/time" "$CHECK_BIN" check --nodes-file "$OUT/nodes-$scenario" \
 					--timeout "${FAN_TIMEOUT}s" --sysctl "user.max_user_namespaces=$limit" \
 					>"$OUT/check.out" 2>"$OUT/check.err" || st=$?
 				read -r wall maxrss <<<"$(tail -n 1 "$OUT/time")"

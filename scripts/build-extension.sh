@@ -11,7 +11,8 @@
 # Environment: OUT (default <repo>/out), EXTENSION_TARGET_DIR (cargo target dir,
 # default <repo>/target/extension), SOURCE_DATE_EPOCH (timestamps in the trees
 # and images; default: the last commit's time), EXTENSION_NO_CARGO=1 (package
-# the binaries already built, e.g. to check that packaging is deterministic).
+# the binaries already built, e.g. to check that packaging is deterministic),
+# EXTENSION_OPERATOR=1 (also build the operator binaries; build_binaries).
 set -euo pipefail
 umask 022
 
@@ -67,13 +68,25 @@ package_version() {
 
 # Both targets in one cargo call: the host-side build script and the
 # proc-macros compile once, and the two link-time optimisations (one codegen
-# unit each, so one core each) run side by side.
+# unit each, so one core each) run side by side. The node build: without the
+# `operator` feature, so the extension carries `serve` and `probe` only
+# (Cargo.toml; docs/developer/binary.md). EXTENSION_OPERATOR=1 first builds
+# the operator build (every command) of both targets too, kept beside it as
+# <target>/ship/sandbox-readiness-operator (tests/kernels.rs runs `check` from
+# it inside the VM); the dependencies are shared, only the link is repeated.
 build_binaries() {
 	local args=() arch
 	for arch in "${arches[@]}"; do
 		args+=(--target "${targets[$arch]}")
 	done
-	(cd "$root" && cargo build --profile "$profile" --locked --bin "$name" "${args[@]}")
+	if [[ ${EXTENSION_OPERATOR:-} == 1 ]]; then
+		(cd "$root" && cargo build --profile "$profile" --locked --bin "$name" "${args[@]}")
+		for arch in "${arches[@]}"; do
+			cp -f "$CARGO_TARGET_DIR/${targets[$arch]}/$profile/$name" \
+				"$CARGO_TARGET_DIR/${targets[$arch]}/$profile/$name-operator"
+		done
+	fi
+	(cd "$root" && cargo build --profile "$profile" --locked --no-default-features --bin "$name" "${args[@]}")
 }
 
 # Lays out out/extension/<arch> from the binary, the service spec and the

@@ -29,6 +29,7 @@ pub mod output;
 pub mod probe;
 pub mod proto;
 pub mod report;
+pub mod residency;
 pub mod sysctl_name;
 pub mod text;
 pub mod tls;

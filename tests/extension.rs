@@ -761,9 +761,69 @@ fn both_binaries_are_static_and_report_their_version() {
     assert!(emulated.contains(want), "arm64 --version said {emulated:?}");
 }
 
+/// The extension carries the node build (`--no-default-features`): `serve`
+/// and `probe`. The operator commands are not in it, and their names get
+/// one line that says so and where they are (exit 2), not clap's
+/// "unrecognized subcommand"; their flags, `--help` included, change nothing.
+#[test]
+fn both_binaries_leave_out_the_operator_commands_and_say_so() {
+    let b = built();
+    for arch in ARCHES {
+        let bin = container_root(&b.unpacked[arch].join("rootfs")).join(NAME);
+        for (args, command) in [
+            (&["check", "-n", "127.0.0.1", "-o", "json"][..], "`check`"),
+            (&["check", "--help"][..], "`check`"),
+            (
+                &["--log-format", "json", "tls", "init", "pki", "--san", "x"][..],
+                "`tls init`",
+            ),
+        ] {
+            let mut cmd = if arch == "arm64" {
+                let mut c = Command::new("qemu-aarch64-static");
+                c.arg(&bin);
+                c
+            } else {
+                Command::new(&bin)
+            };
+            let out = cmd.args(args).stdin(Stdio::null()).output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{arch} {args:?}: {stderr}");
+            assert!(
+                out.stdout.is_empty(),
+                "{arch} {args:?}: stdout {:?}",
+                out.stdout
+            );
+            assert_eq!(stderr.lines().count(), 1, "{arch} {args:?}: {stderr}");
+            assert!(
+                stderr.contains(command)
+                    && stderr.contains("node build")
+                    && stderr.contains("operator build of the same crate"),
+                "{arch} {args:?}: {stderr}"
+            );
+        }
+        // The node's own commands are all the help lists.
+        let mut cmd = if arch == "arm64" {
+            let mut c = Command::new("qemu-aarch64-static");
+            c.arg(&bin);
+            c
+        } else {
+            Command::new(&bin)
+        };
+        let help = run_ok(cmd.arg("--help"), Duration::from_secs(60));
+        assert!(
+            help.contains("probe") && help.contains("serve"),
+            "{arch}: {help}"
+        );
+        assert!(
+            !help.contains("check") && !help.contains("tls"),
+            "{arch}: {help}"
+        );
+    }
+}
+
 /// Both shipped binaries are built without unwind tables (`--profile ship`,
 /// link/discard-eh-frame.ld), yet a panic still prints its message and
-/// aborts: `tls init` whose stdout is /dev/full panics in `print!`. The
+/// aborts: `probe` whose stdout is /dev/full panics in `print!`. The
 /// arm64 binary runs under qemu-aarch64-static, which dies of the same
 /// signal.
 #[test]
@@ -802,9 +862,7 @@ fn both_binaries_lack_unwind_tables_and_a_panic_still_prints_and_aborts() {
         let err_path = dir.path().join("err");
         let mut child = cmd
             .env_remove("RUST_BACKTRACE")
-            .args(["tls", "init"])
-            .arg(dir.path().join("pki"))
-            .args(["--san", "localhost"])
+            .args(["probe", "-o", "json", "--timeout", "60s"])
             .stdin(Stdio::null())
             .stdout(
                 fs::OpenOptions::new()
@@ -822,7 +880,7 @@ fn both_binaries_lack_unwind_tables_and_a_panic_still_prints_and_aborts() {
             }
             if start.elapsed() > Duration::from_secs(120) {
                 let _ = child.kill();
-                panic!("{arch}: tls init did not finish within 120 s");
+                panic!("{arch}: probe did not finish within 120 s");
             }
             std::thread::sleep(Duration::from_millis(20));
         };
@@ -1165,6 +1223,15 @@ fn pkg_yaml_builds_the_same_tree_as_the_local_build() {
     assert!(
         script.contains("profile=ship"),
         "build-extension.sh builds --profile ship"
+    );
+    // Both build the node build: `serve` and `probe`, no operator commands.
+    assert!(
+        build_text.contains("--no-default-features"),
+        "pkg.yaml must build the node build (--no-default-features)"
+    );
+    assert!(
+        script.contains("--no-default-features"),
+        "build-extension.sh must build the node build (--no-default-features)"
     );
     assert!(
         build_text.contains("extensions-validator validate") && build_text.contains("${PKG_NAME}"),

@@ -225,7 +225,10 @@ struct ServiceConfig {
 }
 
 fn tls_init(dir: &Path) -> ServiceConfig {
-    let mut cmd = Command::new(testenv::musl_binary());
+    // An operator makes the certificates on a workstation with the operator
+    // build (the test build here): the node build in the image has no
+    // `tls init` (tests/extension.rs).
+    let mut cmd = Command::new(common::BIN);
     cmd.args(["tls", "init", "--san", "127.0.0.1"]).arg(dir);
     let done = testenv::run_limited(&mut cmd, Duration::from_secs(30)).unwrap();
     assert!(done.ok(), "tls init failed: {}", done.stderr);

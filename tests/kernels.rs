@@ -21,7 +21,11 @@
 //! `serve` on its default listen address and asks it with `check` from inside
 //! the VM (the `disable_ipv6` sysctl does not stop a bind of `[::]`, so only
 //! the boot parameter proves the fallback), then the probes: one boot per
-//! kernel and architecture, six in all.
+//! kernel and architecture, six in all. The shipped binary is the node build,
+//! which has no `check`: the initramfs also holds the operator build of the
+//! same architecture (`sandbox-readiness-operator`, scripts/build-extension.sh
+//! with `EXTENSION_OPERATOR=1`), which asks the agent, and the node build's
+//! refusal of `check` is asserted too.
 //!
 //! | architecture | QEMU | machine | console |
 //! |---|---|---|---|
@@ -103,6 +107,11 @@ impl Arch {
         testenv::musl_binary_for(&format!("{}-unknown-linux-musl", self.name()))
     }
 
+    /// The operator build (every command) of the same target, for `check`.
+    fn operator_binary(self) -> PathBuf {
+        testenv::operator_musl_binary_for(&format!("{}-unknown-linux-musl", self.name()))
+    }
+
     fn qemu(self) -> PathBuf {
         match self {
             Arch::X86_64 => testenv::tool("qemu-system-x86_64", "qemu-system-x86"),
@@ -132,6 +141,11 @@ fn initramfs(arch: Arch) -> &'static Path {
             fs::create_dir_all(tree.join("bin")).unwrap();
             fs::copy(busybox, tree.join("bin/busybox")).unwrap();
             fs::copy(arch.binary(), tree.join("sandbox-readiness")).unwrap();
+            fs::copy(
+                arch.operator_binary(),
+                tree.join("sandbox-readiness-operator"),
+            )
+            .unwrap();
             let init = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kernel/init");
             fs::copy(init, tree.join("init")).unwrap();
             use std::os::unix::fs::PermissionsExt;
@@ -440,8 +454,9 @@ fn assert_userns_passes_and_idmap_fails_saying_tmpfs_needs_6_3(arch: Arch, suite
 }
 
 /// `serve` on its default listen address still listens when the kernel has
-/// no IPv6 (it falls back to 0.0.0.0), and answers `check` on 127.0.0.1 at
-/// check's default port.
+/// no IPv6 (it falls back to 0.0.0.0), and answers `check` (the operator
+/// build's) on 127.0.0.1 at check's default port; the node build refuses
+/// `check` with one line and exit 2.
 fn assert_serve_listens_with_ipv6_disabled(arch: Arch) {
     let b = kernel_boot(arch, SERVE_SUITE);
     assert_eq!(
@@ -465,6 +480,16 @@ fn assert_serve_listens_with_ipv6_disabled(arch: Arch) {
         b.suite
     );
     assert_eq!(rc, 0, "{json:#}");
+    let (out, rc) = b.step("check-node");
+    let (err, _) = b.step("check-node.stderr");
+    assert_eq!(rc, 2, "{}: the node build's check: {out}{err}", b.suite);
+    assert!(
+        out.trim().is_empty()
+            && err.trim().lines().count() == 1
+            && err.contains("operator build of the same crate"),
+        "{}: the node build's check must say in one line where check is: {out}{err}",
+        b.suite
+    );
 }
 
 // -------------------------------------------------------------------- tests

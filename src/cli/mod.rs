@@ -9,21 +9,28 @@
 //! declare), so a variable exported for an agent never changes what an
 //! operator's command checks. `--log-format` reads
 //! `SANDBOX_READINESS_LOG_FORMAT` everywhere: it changes no result.
+//!
+//! `check` and `tls init` are operator commands, run from a workstation:
+//! they exist only with the crate's `operator` feature (on by default). The
+//! node build (the extension's, `--no-default-features`) leaves them out —
+//! a Talos node has no shell to run them from — and answers their names
+//! with one line saying so ([`Omitted`]).
 
 mod args;
+#[cfg(feature = "operator")]
 mod check;
+#[cfg(feature = "operator")]
 mod check_nodes;
 pub mod exit;
 mod probe;
 mod serve;
 
-use std::{
-    future::Future,
-    path::{Path, PathBuf},
-    process::ExitCode,
-};
+#[cfg(feature = "operator")]
+use std::path::{Path, PathBuf};
+use std::{future::Future, process::ExitCode};
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+#[cfg(feature = "operator")]
 use sandbox_readiness::{hostio, tls};
 
 use args::LogFormat;
@@ -54,13 +61,49 @@ enum Command {
     Probe(Box<probe::ProbeArgs>),
     /// Run the agent: keep a fresh observation and serve it over gRPC.
     Serve(Box<serve::ServeArgs>),
-    /// Ask many agents whether they converged to a desired state.
+    /// Ask many agents whether they converged to a desired state (operator build only: not in the node build the extension carries).
+    #[cfg(feature = "operator")]
     Check(Box<check::CheckArgs>),
-    /// Certificates for the agent's mTLS.
+    /// Certificates for the agent's mTLS (operator build only: not in the node build the extension carries).
+    #[cfg(feature = "operator")]
     #[command(subcommand)]
     Tls(TlsCommand),
+    // The node build's `check` and `tls`: hidden; they only say where the
+    // command is (`help check` shows the same sentence as its about).
+    #[cfg(not(feature = "operator"))]
+    #[command(hide = true, disable_help_flag = true, about = OMITTED_ABOUT)]
+    Check(Omitted),
+    #[cfg(not(feature = "operator"))]
+    #[command(hide = true, disable_help_flag = true, about = OMITTED_ABOUT)]
+    Tls(Omitted),
 }
 
+/// An operator command's name in the node build. Whatever follows it
+/// (`--help` included) is taken and ignored, so `check -n node-1` or
+/// `tls init --help` get the one line that says why the command is missing,
+/// not clap's generic "unrecognized subcommand" or a flag error.
+#[cfg(not(feature = "operator"))]
+#[derive(Debug, clap::Args)]
+struct Omitted {
+    #[arg(num_args = 0.., trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    _rest: Vec<std::ffi::OsString>,
+}
+
+#[cfg(not(feature = "operator"))]
+const OMITTED_ABOUT: &str = "Not in this node build (serve and probe only): an operator command; run it from an operator build of the same crate (`cargo build --release`, default features)";
+
+/// The line the node build answers an operator command with (exit 2).
+#[cfg(not(feature = "operator"))]
+fn omitted(command: &str) -> exit::Outcome {
+    Outcome::failed(
+        "sandbox-readiness",
+        format_args!(
+            "`{command}` is an operator command, which this node build (serve and probe only) leaves out: run it from an operator build of the same crate (`cargo build --release`, default features)"
+        ),
+    )
+}
+
+#[cfg(feature = "operator")]
 #[derive(Debug, Subcommand)]
 enum TlsCommand {
     /// Create a CA, server certificates and a controller (client) certificate in DIR: one server certificate per node (--node, --nodes-file) or one shared by every node (--san).
@@ -97,7 +140,9 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Probe(a) => runtime(|| probe::run(*a)),
         Command::Serve(a) => runtime(|| serve::run(*a)),
+        #[cfg(feature = "operator")]
         Command::Check(a) => runtime(|| check::run(*a)),
+        #[cfg(feature = "operator")]
         Command::Tls(TlsCommand::Init {
             dir,
             nodes,
@@ -105,6 +150,10 @@ pub fn main() -> ExitCode {
             sans,
             force,
         }) => tls_init(&dir, nodes, nodes_file.as_deref(), &sans, force).finish(),
+        #[cfg(not(feature = "operator"))]
+        Command::Check(_) => omitted("check").finish(),
+        #[cfg(not(feature = "operator"))]
+        Command::Tls(_) => omitted("tls init").finish(),
     }
 }
 
@@ -114,17 +163,20 @@ pub fn main() -> ExitCode {
 /// (docs/reference/cli.md) is rendered from this too.
 fn command() -> clap::Command {
     let no_env = |sub: clap::Command| sub.mut_args(|a| a.env(None::<&'static str>));
-    Cli::command()
-        .mut_subcommand("probe", no_env)
-        .mut_subcommand("check", no_env)
+    let cmd = Cli::command().mut_subcommand("probe", no_env);
+    #[cfg(feature = "operator")]
+    let cmd = cmd.mut_subcommand("check", no_env);
+    cmd
 }
 
+#[cfg(feature = "operator")]
 fn parse_node(s: &str) -> Result<tls::NodeSpec, tls::TlsError> {
     s.parse()
 }
 
 /// Writes the material; stdout lists the files, never their contents
 /// (they hold private keys).
+#[cfg(feature = "operator")]
 fn tls_init(
     dir: &Path,
     mut nodes: Vec<tls::NodeSpec>,
@@ -221,20 +273,26 @@ where
 
 #[cfg(test)]
 mod tests {
+    #[cfg(feature = "operator")]
     use std::path::Path;
 
     use clap::Parser;
+    #[cfg(feature = "operator")]
     use sandbox_readiness::clidoc;
 
     /// docs/reference/cli.md is this command tree, rendered
-    /// (`SR_REGENERATE_DOCS=1` rewrites it).
+    /// (`SR_REGENERATE_DOCS=1` rewrites it): the full build's, every command.
+    #[cfg(feature = "operator")]
     #[test]
     fn the_cli_reference_is_generated_from_these_definitions() {
         let md = clidoc::markdown(
             super::command(),
             "Command-line reference: sandbox-readiness",
             "<!-- Generated from src/cli/ by `cargo test --bin sandbox-readiness`; do not edit. SR_REGENERATE_DOCS=1 rewrites it. -->\n\n\
-             One binary: `probe`, `serve`, `check`, `tls init`. Exit codes everywhere: 0 converged or success, \
+             One binary, two builds of it: the operator build (`cargo build --release`, default features) has \
+             `probe`, `serve`, `check` and `tls init`; the node build the Talos extension carries \
+             (`--no-default-features`: no `operator` feature) has `probe` and `serve` only, and answers \
+             `check` and `tls init` with one line saying so (exit 2). Exit codes everywhere: 0 converged or success, \
              1 not converged or a node could not be asked, 2 bad usage or configuration (one line on stderr).\n\n\
              Environment variables are read by `serve` only (and `SANDBOX_READINESS_LOG_FORMAT` by every command); \
              a repeatable flag takes a comma-separated list there, a switch `true` or `false`. \
@@ -268,6 +326,7 @@ mod tests {
 
     /// `tls init DIR` alone says what it needs (exit 2), not a clap error
     /// about one of three alternatives.
+    #[cfg(feature = "operator")]
     #[test]
     fn tls_init_without_names_says_what_it_needs() {
         let dir = std::env::temp_dir().join(format!("sr-tls-init-{}", std::process::id()));
@@ -284,5 +343,50 @@ mod tests {
         super::Cli::try_parse_from(["sandbox-readiness", "tls", "init", "pki"])
             .map(|_| ())
             .unwrap_or_else(|e| panic!("tls init DIR must parse and fail in tls_init: {e}"));
+    }
+
+    /// The node build takes `check` and `tls` with anything after them
+    /// (their flags, `--help`) and answers with one line, exit 2; its help
+    /// lists neither.
+    #[cfg(not(feature = "operator"))]
+    #[test]
+    fn the_node_build_says_where_the_operator_commands_are() {
+        for args in [
+            &["sandbox-readiness", "check", "-n", "node-1", "--wait", "5m"][..],
+            &["sandbox-readiness", "check", "--help"][..],
+            &[
+                "sandbox-readiness",
+                "--log-format",
+                "json",
+                "tls",
+                "init",
+                "pki",
+                "--san",
+                "x",
+            ][..],
+        ] {
+            let cli = super::Cli::try_parse_from(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            let (out, name) = match cli.command {
+                super::Command::Check(_) => (super::omitted("check"), "`check`"),
+                super::Command::Tls(_) => (super::omitted("tls init"), "`tls init`"),
+                other => panic!("{args:?}: {other:?}"),
+            };
+            match out {
+                super::Outcome::Failed { reason, .. } => {
+                    assert!(reason.starts_with(name), "{reason}");
+                    assert!(
+                        reason.contains("operator build of the same crate"),
+                        "{reason}"
+                    );
+                    assert!(!reason.contains('\n'), "{reason}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let help = super::command().render_help().to_string();
+        assert!(help.contains("probe") && help.contains("serve"), "{help}");
+        assert!(!help.contains("check") && !help.contains("tls"), "{help}");
+        // Something else unknown is still clap's usage error.
+        assert!(super::Cli::try_parse_from(["sandbox-readiness", "chek"]).is_err());
     }
 }

@@ -106,6 +106,21 @@ pub fn musl_binary_for(target: &str) -> PathBuf {
     bin
 }
 
+/// The operator build (default features: every command) of a Rust target,
+/// kept beside the shipped node build by `EXTENSION_OPERATOR=1
+/// scripts/build-extension.sh` (scripts/test.sh's shipped builds make it).
+pub fn operator_musl_binary_for(target: &str) -> PathBuf {
+    let bin = extension_target_dir().join(format!(
+        "{target}/{SHIP_PROFILE}/sandbox-readiness-operator"
+    ));
+    assert!(
+        bin.is_file(),
+        "no operator musl binary at {}: run EXTENSION_OPERATOR=1 scripts/build-extension.sh first (scripts/test.sh builds it with the shipped builds)",
+        bin.display()
+    );
+    bin
+}
+
 /// The extension's amd64 container root (`SR_EXTENSION_OUT`, default
 /// `<repo>/out`): `extension/amd64/rootfs/usr/local/lib/containers/sandbox-readiness`.
 pub fn extension_container_root() -> PathBuf {
