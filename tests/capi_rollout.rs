@@ -667,7 +667,10 @@ fn watch_rollout_ungated_ok(
             }
             if *ready && !ready_at.contains_key(name) {
                 if gated {
-                    assert!(node_true.contains_key(name), "{name} Ready before its verdict");
+                    assert!(
+                        node_true.contains_key(name),
+                        "{name} Ready before its verdict"
+                    );
                 }
                 ready_at.insert(name.clone(), rolled.elapsed());
             }
