@@ -174,6 +174,10 @@ impl Pool {
     }
 
     fn start_controller(&mut self) {
+        self.start_controller_with(&[]);
+    }
+
+    fn start_controller_with(&mut self, flags: &[&str]) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -183,6 +187,7 @@ impl Pool {
             Command::new(controller_bin())
                 .arg("--kubeconfig")
                 .arg(self.mgmt.admin_kubeconfig())
+                .args(flags)
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()
@@ -583,6 +588,96 @@ fn the_gate_added_to_a_mirrored_pool_leaves_every_machine_ready() {
         "CAPI did not push the gate onto the existing Machines\n{}",
         pool.diagnose()
     );
+}
+
+/// 5. A workload cluster down (its control plane stopped) for longer than
+///    `--stale-after`: the controller writes each Machine's condition once
+///    (Unknown, stale) and then nothing more while the outage lasts — no
+///    clock in the message, so no write storm — counted from the management
+///    server's audit log; back up, one more write each (True again).
+#[test]
+fn a_workload_outage_costs_one_write_per_machine() {
+    let mut pool = Pool::start(true);
+    let machines = pool.wait_ready(2, Duration::from_secs(240));
+    pool.stop_controller();
+    // Stale after 10 s: five of the agents' 2 s heartbeats (the providers').
+    pool.start_controller_with(&["--stale-after", "10s"]);
+    std::thread::sleep(Duration::from_secs(3));
+    // Writes of our condition by our controller, not by CAPI's managers,
+    // which share the admin credentials here and name themselves in their
+    // User-Agent (the controller sends none: kube-rs sets no default).
+    let ours = |e: &Value| {
+        e["objectRef"]["resource"] == "machines"
+            && e["objectRef"]["subresource"] == "status"
+            && e["userAgent"]
+                .as_str()
+                .is_none_or(|a| !a.contains("manager"))
+    };
+    let mark = pool.mgmt.audit_mark();
+    pool.workload.stop();
+    let down = Instant::now();
+    // Until both are Unknown, then 30 s more of the outage.
+    let stale = |m: &str| {
+        pool.machine(m).is_some_and(|m| {
+            m["status"]["conditions"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == GATE && c["status"] == "Unknown")
+            })
+        })
+    };
+    while !machines.iter().all(|m| stale(m)) {
+        assert!(
+            down.elapsed() < Duration::from_secs(60),
+            "the Machines never went Unknown with the workload cluster down\n{}",
+            pool.diagnose()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    std::thread::sleep(Duration::from_secs(30));
+    let writes = pool.mgmt.audit_writes_since(mark, ours);
+    let per_machine = |w: &[Value], m: &str| {
+        w.iter()
+            .filter(|e| e["objectRef"]["name"] == m && e["responseStatus"]["code"] == 200)
+            .count()
+    };
+    for m in &machines {
+        assert_eq!(
+            per_machine(&writes, m),
+            1,
+            "{m}: writes during a {:?} outage: {:#?}",
+            down.elapsed(),
+            writes
+                .iter()
+                .map(|e| (
+                    e["objectRef"]["name"].clone(),
+                    e["userAgent"].clone(),
+                    e["requestObject"].clone()
+                ))
+                .collect::<Vec<_>>()
+        );
+    }
+    eprintln!(
+        "{} writes of ours over a {:?} workload outage",
+        writes.len(),
+        down.elapsed()
+    );
+    pool.workload.start();
+    let back = Instant::now();
+    let truthful = |m: &str| {
+        pool.machine(m).is_some_and(|m| {
+            m["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["type"] == GATE && c["status"] == "True"))
+        })
+    };
+    while !machines.iter().all(|m| truthful(m)) {
+        assert!(
+            back.elapsed() < Duration::from_secs(90),
+            "the Machines did not turn True again after the outage\n{}",
+            pool.diagnose()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 /// `(ready, deleting, node)` of a sampled Machine; a missing one is

@@ -166,12 +166,15 @@ pub fn decide(
                     format!("the workload cluster's Nodes have not been read yet: {why}"),
                 )
             } else {
+                // No clock in the message: a message that grew with the
+                // outage would be a new write every pass (and Cluster API
+                // copies it into Ready, another), for every stale Machine.
                 verdict(
                     Status::Unknown,
                     CONDITION_STALE,
                     format!(
-                        "the workload cluster's Nodes could not be read for {}: {why}",
-                        humantime::format_duration(round_secs(waited))
+                        "the workload cluster's Nodes could not be read for more than {}: {why}",
+                        humantime::format_duration(stale_after)
                     ),
                 )
             }
@@ -209,16 +212,16 @@ fn node_decision(
                 format!("Node {node} has no sandbox readiness condition yet"),
             )
         }
-        (Judged::Stale(a), _) => {
+        (Judged::Stale(_), _) => {
+            // The age stays out of the message (see the NotRead case).
             return verdict(
                 Status::Unknown,
                 CONDITION_STALE,
                 format!(
-                    "Node {node}'s condition was last written {} ago (more than {})",
-                    humantime::format_duration(round_secs(*a)),
+                    "Node {node}'s condition has not been written for more than {}",
                     humantime::format_duration(stale_after)
                 ),
-            )
+            );
         }
         (Judged::NoHeartbeat, _) => {
             return verdict(
@@ -267,10 +270,6 @@ fn node_decision(
         Status::Unknown => NODE_UNKNOWN_FALLBACK,
     };
     verdict(c.status, &reason(fallback), message)
-}
-
-fn round_secs(d: Duration) -> Duration {
-    Duration::from_secs(d.as_secs())
 }
 
 #[cfg(test)]
@@ -546,6 +545,39 @@ mod tests {
             v.message
         );
         assert!(v.message.contains("11255"), "{}", v.message);
+    }
+
+    /// A stale verdict says the same at every pass of an outage: the
+    /// planner then writes it once, not once a pass with a growing age.
+    #[test]
+    fn a_stale_verdict_carries_no_clock() {
+        let decided = |now: u64| match decide(
+            &node(True, "R", Some(1_000), D::Covered),
+            true,
+            t(now),
+            STALE,
+        ) {
+            Decision::Write(v) => v,
+            d => panic!("expected a write, got {d:?}"),
+        };
+        assert_eq!(decided(1_000 + 901), decided(1_000 + 7_200));
+        let unread = |now: u64| match decide(
+            &NodeSeen::NotRead {
+                since: t(1_000),
+                why: "connection refused".into(),
+                pending: false,
+            },
+            true,
+            t(now),
+            STALE,
+        ) {
+            Decision::Write(v) => v,
+            d => panic!("expected a write, got {d:?}"),
+        };
+        let (a, b) = (unread(1_000 + 901), unread(1_000 + 7_200));
+        assert_eq!(a, b);
+        assert_eq!(a.reason, CONDITION_STALE, "{a:?}");
+        assert!(a.message.contains("more than 15m"), "{}", a.message);
     }
 
     #[test]

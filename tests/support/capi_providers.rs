@@ -378,6 +378,10 @@ impl World {
                 "300ms",
                 "--node-resync",
                 "1s",
+                // A heartbeat well inside the outage test's --stale-after
+                // (a node's default is 5m).
+                "--node-heartbeat",
+                "2s",
             ],
         );
         spec.env = env;
