@@ -604,14 +604,14 @@ fn a_workload_outage_costs_one_write_per_machine() {
     pool.start_controller_with(&["--stale-after", "10s"]);
     std::thread::sleep(Duration::from_secs(3));
     // Writes of our condition by our controller, not by CAPI's managers,
-    // which share the admin credentials here and name themselves in their
-    // User-Agent (the controller sends none: kube-rs sets no default).
+    // which share the admin credentials here: each names itself in its
+    // User-Agent.
     let ours = |e: &Value| {
         e["objectRef"]["resource"] == "machines"
             && e["objectRef"]["subresource"] == "status"
             && e["userAgent"]
                 .as_str()
-                .is_none_or(|a| !a.contains("manager"))
+                .is_some_and(|a| a.starts_with("sandbox-readiness-controller/"))
     };
     let mark = pool.mgmt.audit_mark();
     pool.workload.stop();
