@@ -138,8 +138,21 @@ fn version_line(cmd: &mut Command) -> String {
 /// Static PIE with its relative relocations packed as DT_RELR; it runs.
 /// `runner` runs a binary of another architecture (qemu-aarch64-static).
 fn assert_static_pie_with_relr(target: &str, machine: u16, runner: Option<PathBuf>) {
-    let bin = testenv::musl_binary_for(target);
-    let elf = Elf::read(&bin);
+    assert_binary_is_static_pie_with_relr(
+        &testenv::musl_binary_for(target),
+        target,
+        machine,
+        runner,
+    );
+}
+
+fn assert_binary_is_static_pie_with_relr(
+    bin: &Path,
+    target: &str,
+    machine: u16,
+    runner: Option<PathBuf>,
+) {
+    let elf = Elf::read(bin);
     assert_eq!(elf.machine, machine, "{target}");
     assert_eq!(
         elf.kind, ET_DYN,
@@ -183,10 +196,10 @@ fn assert_static_pie_with_relr(target: &str, machine: u16, runner: Option<PathBu
     let mut cmd = match runner {
         Some(r) => {
             let mut c = Command::new(r);
-            c.arg(&bin);
+            c.arg(bin);
             c
         }
-        None => Command::new(&bin),
+        None => Command::new(bin),
     };
     version_line(&mut cmd);
 }
@@ -200,4 +213,24 @@ fn x86_64_is_a_static_pie_with_relr_relocations() {
 fn aarch64_is_a_static_pie_with_relr_relocations() {
     let qemu = testenv::tool("qemu-aarch64-static", "qemu-user-static");
     assert_static_pie_with_relr("aarch64-unknown-linux-musl", EM_AARCH64, Some(qemu));
+}
+
+/// The controller's image binaries link the same way (controller/build.rs
+/// includes the node crate's link/static_pie.rs): on aarch64 a build without
+/// musl's rcrt1.o passes readelf's type check and dies of SIGSEGV at start,
+/// which the run below catches.
+#[test]
+fn the_controller_binaries_are_static_pies_with_relr_relocations() {
+    let qemu = testenv::tool("qemu-aarch64-static", "qemu-user-static");
+    for (target, machine, runner) in [
+        ("x86_64-unknown-linux-musl", EM_X86_64, None),
+        ("aarch64-unknown-linux-musl", EM_AARCH64, Some(qemu)),
+    ] {
+        assert_binary_is_static_pie_with_relr(
+            &testenv::controller_musl_binary_for(target),
+            target,
+            machine,
+            runner,
+        );
+    }
 }

@@ -106,6 +106,19 @@ pub fn musl_binary_for(target: &str) -> PathBuf {
     bin
 }
 
+/// The controller's image build of a Rust target (`cargo build --profile
+/// image -p sandbox-readiness-controller --target …`; scripts/test.sh's
+/// shipped builds make both, scripts/build-controller-image.sh packs them).
+pub fn controller_musl_binary_for(target: &str) -> PathBuf {
+    let bin = extension_target_dir().join(format!("{target}/image/sandbox-readiness-controller"));
+    assert!(
+        bin.is_file(),
+        "no controller musl binary at {}: scripts/test.sh's shipped builds make it",
+        bin.display()
+    );
+    bin
+}
+
 /// The operator build (default features: every command) of a Rust target,
 /// kept beside the shipped node build by `EXTENSION_OPERATOR=1
 /// scripts/build-extension.sh` (scripts/test.sh's shipped builds make it).
