@@ -251,6 +251,15 @@ impl Pool {
         );
     }
 
+    /// Machine `name` carries our condition with `status`.
+    fn gate_is(&self, name: &str, status: &str) -> bool {
+        self.machine(name).is_some_and(|m| {
+            m["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["type"] == GATE && c["status"] == status))
+        })
+    }
+
     fn machine(&self, name: &str) -> Option<Value> {
         self.mgmt
             .get(&format!("{CAPI}/namespaces/{}/machines/{name}", self.ns))
@@ -531,14 +540,7 @@ fn the_gate_added_to_a_mirrored_pool_leaves_every_machine_ready() {
         &json!({"metadata": {"annotations": {"sandbox-readiness.io/mirror": "true"}}}),
     );
     let started = Instant::now();
-    let mirrored = |m: &str| {
-        pool.machine(m).is_some_and(|m| {
-            m["status"]["conditions"]
-                .as_array()
-                .is_some_and(|c| c.iter().any(|c| c["type"] == GATE && c["status"] == "True"))
-        })
-    };
-    while !machines.iter().all(|m| mirrored(m)) {
+    while !machines.iter().all(|m| pool.gate_is(m, "True")) {
         assert!(
             started.elapsed() < Duration::from_secs(60),
             "the controller did not mirror the condition onto the ungated Machines\n{}",
@@ -603,16 +605,9 @@ fn a_workload_outage_costs_one_write_per_machine() {
     // Stale after 30 s: fifteen of the agents' 2 s heartbeats (the
     // providers'), so a loaded machine's late heartbeat is no outage.
     pool.start_controller_with(&["--stale-after", "30s"]);
-    let truthful = |m: &str| {
-        pool.machine(m).is_some_and(|m| {
-            m["status"]["conditions"]
-                .as_array()
-                .is_some_and(|c| c.iter().any(|c| c["type"] == GATE && c["status"] == "True"))
-        })
-    };
     std::thread::sleep(Duration::from_secs(3));
     assert!(
-        machines.iter().all(|m| truthful(m)),
+        machines.iter().all(|m| pool.gate_is(m, "True")),
         "the Machines are not True before the outage\n{}",
         pool.diagnose()
     );
@@ -630,15 +625,7 @@ fn a_workload_outage_costs_one_write_per_machine() {
     pool.workload.stop();
     let down = Instant::now();
     // Until both are Unknown, then 30 s more of the outage.
-    let stale = |m: &str| {
-        pool.machine(m).is_some_and(|m| {
-            m["status"]["conditions"].as_array().is_some_and(|c| {
-                c.iter()
-                    .any(|c| c["type"] == GATE && c["status"] == "Unknown")
-            })
-        })
-    };
-    while !machines.iter().all(|m| stale(m)) {
+    while !machines.iter().all(|m| pool.gate_is(m, "Unknown")) {
         assert!(
             down.elapsed() < Duration::from_secs(90),
             "the Machines never went Unknown with the workload cluster down\n{}",
@@ -678,7 +665,7 @@ fn a_workload_outage_costs_one_write_per_machine() {
     let back = Instant::now();
     // Both sides back off while the server is away (the agents' Node
     // writers up to a minute, the controller's watch likewise).
-    while !machines.iter().all(|m| truthful(m)) {
+    while !machines.iter().all(|m| pool.gate_is(m, "True")) {
         assert!(
             back.elapsed() < Duration::from_secs(180),
             "the Machines did not turn True again after the outage\n{}",

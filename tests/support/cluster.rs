@@ -152,11 +152,17 @@ impl RealCluster {
     /// `scripts/control-plane.sh CMD DIR [ARGS…]`: its one-line error on
     /// failure.
     fn control_plane(&self, args: &[&str]) -> Result<(), String> {
+        self.control_plane_env(args, &[])
+    }
+
+    /// As [`control_plane`](Self::control_plane), with more environment.
+    fn control_plane_env(&self, args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
         let (cmd, rest) = args.split_first().expect("a command");
         let out = Command::new(script("control-plane.sh"))
             .arg(cmd)
             .arg(&self.dir)
             .args(rest)
+            .envs(env.iter().copied())
             .env("SR_CONTROL_PLANE_BIN", &self.bin)
             .stdin(Stdio::null())
             .output()
@@ -185,14 +191,16 @@ impl RealCluster {
 
     /// A value of `DIR/capi.env` (after [`start_capi`](Self::start_capi)).
     pub fn capi_env(&self, key: &str) -> Option<String> {
-        let text = std::fs::read_to_string(self.dir.join("capi.env")).ok()?;
-        text.lines()
-            .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
-            .map(str::to_string)
+        self.env_file("capi.env", key)
     }
 
     fn env(&self, key: &str) -> Option<String> {
-        let text = std::fs::read_to_string(self.dir.join("control-plane.env")).ok()?;
+        self.env_file("control-plane.env", key)
+    }
+
+    /// `KEY=value` from one of the env files control-plane.sh writes in DIR.
+    fn env_file(&self, file: &str, key: &str) -> Option<String> {
+        let text = std::fs::read_to_string(self.dir.join(file)).ok()?;
         text.lines()
             .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
             .map(str::to_string)
@@ -404,14 +412,7 @@ impl RealCluster {
     /// GET `path` as the admin, straight over HTTPS (no kubectl process per
     /// poll): `None` on 404.
     pub fn get(&self, path: &str) -> Option<Value> {
-        let (code, body) = self
-            .https("GET", path, None, Vec::new())
-            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
-        match code {
-            200 => Some(serde_json::from_slice(&body).unwrap()),
-            404 => None,
-            c => panic!("GET {path}: {c} {}", String::from_utf8_lossy(&body)),
-        }
+        self.try_get(path).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// A write as the admin, straight over HTTPS (a kubectl process per
@@ -419,26 +420,16 @@ impl RealCluster {
     /// `body` of `content_type`; the object the server answers with. Fails
     /// the test on anything but 200/201.
     pub fn write(&self, method: &str, path: &str, content_type: &str, body: &Value) -> Value {
-        let (code, answer) = self
-            .https(
-                method,
-                path,
-                Some(content_type),
-                serde_json::to_vec(body).unwrap(),
-            )
-            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-        assert!(
-            code == 200 || code == 201,
-            "{method} {path}: {code} {}",
-            String::from_utf8_lossy(&answer)
-        );
-        serde_json::from_slice(&answer).unwrap()
+        self.try_write(method, path, content_type, body)
+            .unwrap_or_else(|(code, answer)| panic!("{method} {path}: {code} {answer}"))
     }
 
     /// As [`get`](Self::get), a refusal (a 429 while the server's storage
     /// initializes, a 5xx) as an error instead of a failed test.
     pub fn try_get(&self, path: &str) -> Result<Option<Value>, String> {
-        let (code, body) = self.https("GET", path, None, Vec::new())?;
+        let (code, body) = self
+            .https("GET", path, None, Vec::new())
+            .map_err(|e| format!("GET {path}: {e}"))?;
         match code {
             200 => serde_json::from_slice(&body)
                 .map(Some)
@@ -478,20 +469,8 @@ impl RealCluster {
     /// Registers Node `name` as kubelet started with `--provider-id` does
     /// (the Node carries `spec.providerID` from its creation on).
     pub fn node_with_provider_id(&self, name: &str, provider_id: &str) -> PathBuf {
-        let out = Command::new(script("control-plane.sh"))
-            .arg("node")
-            .arg(&self.dir)
-            .arg(name)
-            .env("SR_CONTROL_PLANE_BIN", &self.bin)
-            .env("SR_NODE_PROVIDER_ID", provider_id)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "registering Node {name} on the real cluster: {}",
-            first_line(&out.stderr)
-        );
+        self.control_plane_env(&["node", name], &[("SR_NODE_PROVIDER_ID", provider_id)])
+            .unwrap_or_else(|e| panic!("registering Node {name} on the real cluster: {e}"));
         self.dir.join("nodes").join(format!("{name}.kubeconfig"))
     }
 
