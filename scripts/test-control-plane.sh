@@ -163,6 +163,11 @@ if [[ $(grep -c '"gitVersion": "v1.36.3"' <<<"$ver") == 2 ]]; then
 else
 	fail "kubectl version: client and server v1.36.3" "$ver"
 fi
+# The test command puts the pinned kubectl first on PATH: every test that
+# spawns `kubectl` gets this build, not the machine's.
+path_kubectl=$(command -v kubectl || true)
+check "kubectl on PATH is the pinned build" "PATH's kubectl is ${path_kubectl:-none}, not $kubectl" \
+	test "$path_kubectl" -ef "$kubectl"
 if ka get --raw=/version | grep -q '"gitVersion": "v1.36.3"'; then
 	ok "/version reports v1.36.3"
 else

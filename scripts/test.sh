@@ -183,6 +183,14 @@ await gobuild "$gobuild_pid" "$work/gobuild.log" || {
 	echo "== Go builds failed: the oracle and Kubernetes-facing tests fail"
 	overall=1
 }
+# One kubectl for every test: the pinned v1.36.3 of the control-plane build
+# (the machine's own is of another minor, outside kubectl's one-minor skew
+# against these servers), first on PATH for every tier and child process.
+if cp_bin=$(scripts/build-control-plane.sh path); then
+	export SR_CONTROL_PLANE_BIN=$cp_bin
+	export PATH=$cp_bin:$PATH
+	echo "kubectl for every test: $(command -v kubectl) ($(kubectl version --client -o json | python3 -c 'import json, sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])'))"
+fi
 if oracle_env=$(scripts/build-talos-oracle.sh path); then
 	set -a
 	eval "$oracle_env"
@@ -201,8 +209,7 @@ fi
 
 echo "== unit tests"
 timed "tier-unit" python3 scripts/run-tests.py run "$work/artifacts.json" unit "$results" || overall=1
-if cp_bin=$(scripts/build-control-plane.sh path); then
-	export SR_CONTROL_PLANE_BIN=$cp_bin
+if [ -n "${SR_CONTROL_PLANE_BIN:-}" ]; then
 	echo "== control plane tests (scripts/control-plane.sh on the real binaries)"
 	start=$SECONDS
 	timed "tier-control-plane" scripts/test-control-plane.sh 2>&1 | tee "$work/control-plane.log" || overall=1
