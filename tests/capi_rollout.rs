@@ -675,6 +675,225 @@ fn a_workload_outage_costs_one_write_per_machine() {
     }
 }
 
+/// Our condition on Machine `name`: (status, reason).
+fn gate_of(pool: &Pool, name: &str) -> Option<(String, String)> {
+    let m = pool.machine(name)?;
+    m["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == GATE)
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or("").to_string(),
+                c["reason"].as_str().unwrap_or("").to_string(),
+            )
+        })
+}
+
+/// Waits until Machine `name`'s condition is `(status, reason)`.
+fn wait_gate(pool: &Pool, name: &str, status: &str, reason: Option<&str>, within: Duration) {
+    let started = Instant::now();
+    loop {
+        let got = gate_of(pool, name);
+        if got
+            .as_ref()
+            .is_some_and(|(s, r)| s == status && reason.is_none_or(|want| r == want))
+        {
+            return;
+        }
+        assert!(
+            started.elapsed() < within,
+            "{name}: never {status}/{reason:?} within {within:?} (has {got:?})\n{}",
+            pool.diagnose()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// What an operator and a tenant can do to a mirrored pool, on the real
+/// Cluster API: a paused Machine is left alone (Cluster API's pause
+/// annotation) while its neighbour is written; a tenant's workload
+/// kubeconfig that skips TLS verification is refused with a reason of its
+/// own, and accepted again once fixed; a gate with `polarity: Negative` is
+/// reported as a misconfiguration (Unknown, a Warning Event, a metric),
+/// never by inverting the condition.
+#[test]
+fn paused_machines_insecure_kubeconfigs_and_negative_gates() {
+    let mut pool = Pool::start(true);
+    let machines: Vec<String> = pool
+        .wait_ready(2, Duration::from_secs(240))
+        .into_iter()
+        .collect();
+    let (paused, other) = (&machines[0], &machines[1]);
+    pool.stop_controller();
+    let metrics_port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    pool.start_controller_with(&[
+        "--secret-resync",
+        "2s",
+        "--http-listen",
+        &format!("127.0.0.1:{metrics_port}"),
+    ]);
+    wait_gate(&pool, paused, "True", None, Duration::from_secs(30));
+    wait_gate(&pool, other, "True", None, Duration::from_secs(30));
+    let ns = pool.ns;
+    let machine_path = |m: &str| format!("{CAPI}/namespaces/{ns}/machines/{m}");
+    // 1. Pause one Machine as Cluster API pauses it.
+    pool.mgmt.write(
+        "PATCH",
+        &machine_path(paused),
+        "application/merge-patch+json",
+        &json!({"metadata": {"annotations": {"cluster.x-k8s.io/paused": ""}}}),
+    );
+    // 2. The tenant's kubeconfig now skips TLS verification.
+    let secret_path = format!("/api/v1/namespaces/{ns}/secrets/c1-kubeconfig");
+    let secret = pool.mgmt.get(&secret_path).unwrap();
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let good = secret["data"]["value"].as_str().unwrap().to_string();
+    let text = String::from_utf8(b64.decode(&good).unwrap()).unwrap();
+    let insecure: String = text
+        .lines()
+        .map(|l| {
+            if l.trim_start().starts_with("certificate-authority-data:") {
+                let indent = &l[..l.len() - l.trim_start().len()];
+                format!("{indent}insecure-skip-tls-verify: true")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(insecure.contains("insecure-skip-tls-verify: true"), "{insecure}");
+    let set_secret = |value: &str| {
+        pool.mgmt.write(
+            "PATCH",
+            &secret_path,
+            "application/merge-patch+json",
+            &json!({"data": {"value": value}}),
+        );
+    };
+    let ours = |e: &Value| {
+        e["objectRef"]["resource"] == "machines"
+            && e["objectRef"]["subresource"] == "status"
+            && e["userAgent"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("sandbox-readiness-controller/"))
+    };
+    let mark = pool.mgmt.audit_mark();
+    set_secret(&b64.encode(&insecure));
+    wait_gate(
+        &pool,
+        other,
+        "Unknown",
+        Some("WorkloadKubeconfigRefused"),
+        Duration::from_secs(30),
+    );
+    // The paused Machine is not written, though it is of the same cluster.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        gate_of(&pool, paused).map(|g| g.0).as_deref(),
+        Some("True"),
+        "{}",
+        pool.diagnose()
+    );
+    let writes = pool.mgmt.audit_writes_since(mark, ours);
+    assert!(
+        writes.iter().all(|e| e["objectRef"]["name"] != paused.as_str()),
+        "a paused Machine was written: {writes:#?}"
+    );
+    // Unpaused, it gets what its neighbour has.
+    pool.mgmt.write(
+        "PATCH",
+        &machine_path(paused),
+        "application/merge-patch+json",
+        &json!({"metadata": {"annotations": {"cluster.x-k8s.io/paused": null}}}),
+    );
+    wait_gate(
+        &pool,
+        paused,
+        "Unknown",
+        Some("WorkloadKubeconfigRefused"),
+        Duration::from_secs(30),
+    );
+    // 3. The operator's leave accepts that transport.
+    pool.stop_controller();
+    pool.start_controller_with(&[
+        "--secret-resync",
+        "2s",
+        "--allow-insecure-workload-kubeconfig",
+        "--http-listen",
+        &format!("127.0.0.1:{metrics_port}"),
+    ]);
+    for m in &machines {
+        wait_gate(&pool, m, "True", None, Duration::from_secs(60));
+    }
+    pool.stop_controller();
+    set_secret(&good);
+    pool.start_controller_with(&[
+        "--secret-resync",
+        "2s",
+        "--http-listen",
+        &format!("127.0.0.1:{metrics_port}"),
+    ]);
+    // 4. A Negative gate: reported, never inverted.
+    let md_path = format!("{CAPI}/namespaces/{ns}/machinedeployments/workers");
+    let set_polarity = |p: &str| {
+        pool.mgmt.write(
+            "PATCH",
+            &md_path,
+            "application/merge-patch+json",
+            &json!({"spec": {"template": {"spec": {"readinessGates": [
+                {"conditionType": GATE, "polarity": p}]}}}}),
+        );
+    };
+    set_polarity("Negative");
+    for m in &machines {
+        wait_gate(
+            &pool,
+            m,
+            "Unknown",
+            Some("GatePolarityNegative"),
+            Duration::from_secs(60),
+        );
+    }
+    let events = pool
+        .mgmt
+        .get(&format!("/apis/events.k8s.io/v1/namespaces/{ns}/events"))
+        .unwrap();
+    let warned: BTreeSet<String> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reason"] == "GatePolarityNegative" && e["type"] == "Warning")
+        .map(|e| e["regarding"]["name"].as_str().unwrap_or("").to_string())
+        .collect();
+    for m in &machines {
+        assert!(warned.contains(m), "no GatePolarityNegative Event for {m}: {events:#}");
+    }
+    let metrics = http_get(metrics_port, "/metrics");
+    assert!(
+        metrics.contains("sandbox_readiness_controller_negative_polarity_gates 2\n"),
+        "{metrics}"
+    );
+    set_polarity("Positive");
+    for m in &machines {
+        wait_gate(&pool, m, "True", None, Duration::from_secs(60));
+    }
+}
+
+/// A plain HTTP/1.1 GET on loopback: the body.
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or(out)
+}
+
 /// `(ready, deleting, node)` of a sampled Machine; a missing one is
 /// neither ready nor deleting.
 trait CopiedState {

@@ -3,6 +3,11 @@
 //!
 //! The rules (issue 22), in the order they are applied:
 //! - no `status.nodeRef` → `Unknown` / `NodeNotYetAssigned`;
+//! - the Machine's gate on the type has `polarity: Negative` →
+//!   `Unknown` / `GatePolarityNegative` (a misconfiguration: never inverted);
+//! - the workload kubeconfig refused (it runs a command, reads a file, or
+//!   speaks plain HTTP or skips TLS verification without the operator's
+//!   leave) → `Unknown` / `WorkloadKubeconfigRefused`;
 //! - the workload cluster's Nodes not read since the controller started →
 //!   the Machine's existing condition is kept (a restart or an outage never
 //!   flaps a working Machine) until `--stale-after` has passed, then
@@ -23,6 +28,8 @@
 
 use std::time::{Duration, SystemTime};
 
+use sandbox_readiness::text::{clean_capped, clean_line};
+
 /// A condition's status: the node crate's type (the agent writes the Node's
 /// condition with it, the controller reads it back with the same words).
 pub use sandbox_readiness::nodestatus::condition::Status;
@@ -31,6 +38,8 @@ pub const NODE_NOT_YET_ASSIGNED: &str = "NodeNotYetAssigned";
 pub const CONDITION_NOT_YET_REPORTED: &str = "ConditionNotYetReported";
 pub const CONDITION_STALE: &str = "ConditionStale";
 pub const DESIRED_STATE_NOT_CHECKED: &str = "DesiredStateNotChecked";
+pub const GATE_POLARITY_NEGATIVE: &str = "GatePolarityNegative";
+pub const WORKLOAD_KUBECONFIG_REFUSED: &str = "WorkloadKubeconfigRefused";
 /// Reasons used when the Node's own condition carries none (the agent
 /// always writes one; another writer might not).
 pub const NODE_READY_FALLBACK: &str = "NodeSandboxReady";
@@ -64,6 +73,8 @@ pub enum NodeSeen {
         why: String,
         pending: bool,
     },
+    /// The workload cluster's kubeconfig was refused: why (one line).
+    Refused { why: String },
     /// The workload cluster was read and has no Node of that name.
     NoNode { node: String },
     /// The Node as read, and what it is judged against: the desired state
@@ -179,6 +190,11 @@ pub fn decide(
                 )
             }
         }
+        NodeSeen::Refused { why } => verdict(
+            Status::Unknown,
+            WORKLOAD_KUBECONFIG_REFUSED,
+            format!("the workload cluster's kubeconfig is refused: {why}"),
+        ),
         NodeSeen::NoNode { node } => verdict(
             Status::Unknown,
             CONDITION_NOT_YET_REPORTED,
@@ -189,6 +205,64 @@ pub fn decide(
             reading,
             pool,
         } => node_decision(node, reading, pool, now, stale_after),
+    }
+}
+
+/// The condition for a Machine whose gate on `ty` has `polarity: Negative`:
+/// Cluster API would read our `True` as a failure and our `False` as
+/// healthy. Writing the inverse would lie to every other reader of the
+/// type, so the condition says `Unknown` (the gate then never passes: the
+/// rollout waits for the operator) and names the fix.
+pub fn negative_gate(ty: &str) -> Verdict {
+    Verdict {
+        status: Status::Unknown,
+        reason: GATE_POLARITY_NEGATIVE.into(),
+        message: format!(
+            "the Machine's readiness gate on {ty} has polarity Negative, which would count a ready node \
+             as failing and a broken one as ready; the condition is not inverted: set the gate's polarity \
+             to Positive (or leave it out)"
+        ),
+    }
+}
+
+/// How soon, by the clock alone, [`decide`] could answer differently for
+/// the same inputs (a heartbeat turning stale, an outage passing
+/// `--stale-after`, a grace ending): the reconciler requeues then, and at
+/// no other time unless something changes.
+pub fn recheck_in(
+    seen: &NodeSeen,
+    has_condition: bool,
+    now: SystemTime,
+    stale_after: Duration,
+) -> Option<Duration> {
+    let until = |t: SystemTime| t.duration_since(now).ok().filter(|d| !d.is_zero());
+    match seen {
+        NodeSeen::NotRead { since, pending, .. } => {
+            let grace = (*pending && !has_condition).then(|| until(*since + FIRST_READ_GRACE));
+            let stale = until(*since + stale_after);
+            grace.flatten().or(stale)
+        }
+        NodeSeen::Node { reading, pool, .. } => {
+            // A condition whose heartbeat will pass --stale-after.
+            let stale = reading
+                .condition
+                .as_ref()
+                .and_then(|c| c.heartbeat)
+                .and_then(|hb| until(hb + stale_after));
+            // A True condition waiting for its annotation or its pool:
+            // the reader's grace, or the pool's next read.
+            let waiting = match sandbox_readiness::nodestatus::read::judge(reading, now, stale_after, pool) {
+                Judged::PoolNotYetKnown | Judged::NoAnnotation { fresh: true } => {
+                    Some(Duration::from_secs(2))
+                }
+                _ => None,
+            };
+            match (stale, waiting) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+        }
+        NodeSeen::NoNodeRef | NodeSeen::Refused { .. } | NodeSeen::NoNode { .. } => None,
     }
 }
 
@@ -259,10 +333,13 @@ fn node_decision(
             fallback.to_string()
         }
     };
+    // The Node's text is the workload cluster's (a tenant's): one line, no
+    // control or bidi characters, before it reaches a Machine condition, an
+    // Event, or a terminal that prints them.
     let message = if c.message.is_empty() {
-        format!("Node {node}")
+        format!("Node {}", clean_line(node))
     } else {
-        format!("Node {node}: {}", c.message)
+        format!("Node {}: {}", clean_line(node), clean_capped(&c.message, MAX_MESSAGE))
     };
     let fallback = match c.status {
         Status::True => NODE_READY_FALLBACK,
@@ -578,6 +655,106 @@ mod tests {
         assert_eq!(a, b);
         assert_eq!(a.reason, CONDITION_STALE, "{a:?}");
         assert!(a.message.contains("more than 15m"), "{}", a.message);
+    }
+
+    /// The reconciler's requeue: exactly when the clock alone changes the
+    /// answer, and never for what only a change can move.
+    #[test]
+    fn recheck_when_the_clock_changes_the_answer() {
+        let now = t(10_000);
+        // A True Node whose heartbeat was 100 s ago: stale in 800 s.
+        let n = node(True, "R", Some(9_900), D::Covered);
+        assert_eq!(
+            recheck_in(&n, true, now, STALE),
+            Some(Duration::from_secs(800))
+        );
+        // And at that moment the decision does change.
+        let before = decide(&n, true, now + Duration::from_secs(799), STALE);
+        let after = decide(&n, true, now + Duration::from_secs(801), STALE);
+        assert_ne!(before, after);
+        // An outage that began 100 s ago, the condition kept: 800 s.
+        let unread = NodeSeen::NotRead {
+            since: t(9_900),
+            why: "down".into(),
+            pending: false,
+        };
+        assert_eq!(
+            recheck_in(&unread, true, now, STALE),
+            Some(Duration::from_secs(800))
+        );
+        // A first list under way for a new Machine: the 10 s grace first.
+        let first = NodeSeen::NotRead {
+            since: t(9_996),
+            why: "listing".into(),
+            pending: true,
+        };
+        assert_eq!(
+            recheck_in(&first, false, now, STALE),
+            Some(Duration::from_secs(6))
+        );
+        // Past stale-after nothing more is due by the clock.
+        let long = NodeSeen::NotRead {
+            since: t(1_000),
+            why: "down".into(),
+            pending: false,
+        };
+        assert_eq!(recheck_in(&long, true, now, STALE), None);
+        assert_eq!(recheck_in(&NodeSeen::NoNodeRef, true, now, STALE), None);
+        // The pool not yet read: look again soon.
+        assert!(recheck_in(&node(True, "R", Some(9_999), D::NotYetKnown), true, now, STALE).is_some());
+    }
+
+    #[test]
+    fn a_refused_kubeconfig_and_a_negative_gate_name_their_reason() {
+        let d = decide(
+            &NodeSeen::Refused {
+                why: "server http://x is plain HTTP".into(),
+            },
+            true,
+            t(0),
+            STALE,
+        );
+        let Decision::Write(v) = d else {
+            panic!("{d:?}")
+        };
+        assert_eq!((v.status, v.reason.as_str()), (Status::Unknown, WORKLOAD_KUBECONFIG_REFUSED));
+        let v = negative_gate("sandbox-readiness.io/SandboxReady");
+        assert_eq!((v.status, v.reason.as_str()), (Status::Unknown, GATE_POLARITY_NEGATIVE));
+        assert!(valid_reason(&v.reason) && valid_reason(WORKLOAD_KUBECONFIG_REFUSED));
+        assert!(v.message.contains("polarity to Positive"), "{}", v.message);
+    }
+
+    /// A tenant's Node text reaches the Machine as one clean line.
+    #[test]
+    fn node_text_is_cleaned() {
+        let (reading, pool) = reading(
+            Some(NodeCondition {
+                status: Status::False,
+                reason: "R".into(),
+                message: "a\u{202E}evil\nline\u{1b}[2J".into(),
+                heartbeat: Some(t(9_999)),
+            }),
+            D::Covered,
+        );
+        let d = decide(
+            &NodeSeen::Node {
+                node: "w1".into(),
+                reading,
+                pool,
+            },
+            true,
+            t(10_000),
+            STALE,
+        );
+        let Decision::Write(v) = d else {
+            panic!("{d:?}")
+        };
+        assert!(
+            !v.message.chars().any(|c| c.is_control() || c == '\u{202E}'),
+            "{:?}",
+            v.message
+        );
+        assert!(v.message.contains("evil line"), "{:?}", v.message);
     }
 
     #[test]

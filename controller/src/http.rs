@@ -1,10 +1,12 @@
 //! The component's endpoints, plain HTTP/1.1 (hyper): `/healthz` (the
-//! process answers), `/readyz` (the management caches listed; a leader
+//! controller loop has shown a sign of life lately: a reconcile, or the
+//! periodic resync tick it consumes; a stopped or wedged loop fails it, so
+//! the kubelet restarts the pod), `/readyz` (the management caches listed; a leader
 //! and a standby are both ready: a standby must stay in the Service's
 //! endpoints' view of a healthy pod, and it takes over without a restart),
 //! `/metrics` (Prometheus text). GET (and HEAD) only; nothing else.
 
-use std::{convert::Infallible, net::SocketAddr};
+use std::{convert::Infallible, sync::Arc};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -14,6 +16,17 @@ use hyper::{
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
+use crate::metrics::{Gauges, Metrics};
+
+/// What the endpoints read: the metrics, the gauges of the moment (from
+/// the Machine cache), and how long the loop may stay silent.
+#[derive(Clone)]
+pub struct Endpoints {
+    pub metrics: Arc<Metrics>,
+    pub gauges: Arc<dyn Fn() -> Gauges + Send + Sync>,
+    pub stall_after: std::time::Duration,
+}
+
 const METRICS_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The answer to one request: (status, content type, body). Pure.
@@ -21,6 +34,7 @@ pub fn answer(
     method: &Method,
     path: &str,
     synced: bool,
+    progressing: bool,
     metrics: impl FnOnce() -> String,
 ) -> (StatusCode, &'static str, String) {
     const TEXT: &str = "text/plain; charset=utf-8";
@@ -28,7 +42,12 @@ pub fn answer(
         return (StatusCode::METHOD_NOT_ALLOWED, TEXT, "only GET\n".into());
     }
     match path {
-        "/healthz" | "/livez" => (StatusCode::OK, TEXT, "ok\n".into()),
+        "/healthz" | "/livez" if progressing => (StatusCode::OK, TEXT, "ok\n".into()),
+        "/healthz" | "/livez" => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            TEXT,
+            "the reconcile loop has stopped making progress\n".into(),
+        ),
         "/readyz" if synced => (StatusCode::OK, TEXT, "ok\n".into()),
         "/readyz" => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -40,11 +59,18 @@ pub fn answer(
     }
 }
 
-async fn handle(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
-    let m = crate::metrics::global();
-    let (status, ty, body) = answer(req.method(), req.uri().path(), m.synced(), || {
-        m.render(env!("CARGO_PKG_VERSION"))
-    });
+async fn handle(
+    req: Request<Incoming>,
+    e: Endpoints,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let m = &e.metrics;
+    let (status, ty, body) = answer(
+        req.method(),
+        req.uri().path(),
+        m.synced(),
+        m.progressing(e.stall_after),
+        || m.render(env!("CARGO_PKG_VERSION"), &(e.gauges)()),
+    );
     let body = if req.method() == Method::HEAD {
         String::new()
     } else {
@@ -58,11 +84,9 @@ async fn handle(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infalli
     Ok(resp)
 }
 
-/// Binds `addr` (an error is one line for the caller) and serves in the
-/// background; returns the bound address.
-pub async fn serve(addr: SocketAddr) -> Result<SocketAddr, std::io::Error> {
-    let listener = TcpListener::bind(addr).await?;
-    let bound = listener.local_addr()?;
+/// Serves `listener` (bound at start by [`crate::ops::Ops::start`]) in the
+/// background.
+pub fn serve(listener: TcpListener, e: Endpoints) {
     tokio::spawn(async move {
         loop {
             let (stream, _) = match listener.accept().await {
@@ -74,16 +98,19 @@ pub async fn serve(addr: SocketAddr) -> Result<SocketAddr, std::io::Error> {
                     continue;
                 }
             };
+            let e = e.clone();
             tokio::spawn(async move {
                 let conn = http1::Builder::new()
                     .timer(hyper_util::rt::TokioTimer::new())
                     .header_read_timeout(std::time::Duration::from_secs(10))
-                    .serve_connection(TokioIo::new(stream), service_fn(handle));
+                    .serve_connection(
+                        TokioIo::new(stream),
+                        service_fn(move |r| handle(r, e.clone())),
+                    );
                 let _ = conn.await;
             });
         }
     });
-    Ok(bound)
 }
 
 #[cfg(test)]
@@ -93,18 +120,31 @@ mod tests {
     #[test]
     fn routes() {
         let m = || "x 1\n".to_string();
-        assert_eq!(answer(&Method::GET, "/healthz", false, m).0, StatusCode::OK);
         assert_eq!(
-            answer(&Method::GET, "/readyz", false, m).0,
+            answer(&Method::GET, "/healthz", false, true, m).0,
+            StatusCode::OK
+        );
+        assert_eq!(
+            answer(&Method::GET, "/healthz", true, false, m).0,
             StatusCode::SERVICE_UNAVAILABLE
         );
-        assert_eq!(answer(&Method::GET, "/readyz", true, m).0, StatusCode::OK);
-        let (s, ty, b) = answer(&Method::GET, "/metrics", false, m);
+        assert_eq!(
+            answer(&Method::GET, "/readyz", false, true, m).0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            answer(&Method::GET, "/readyz", true, true, m).0,
+            StatusCode::OK
+        );
+        let (s, ty, b) = answer(&Method::GET, "/metrics", false, true, m);
         assert_eq!((s, ty, b.as_str()), (StatusCode::OK, METRICS_TYPE, "x 1\n"));
         assert_eq!(
-            answer(&Method::POST, "/metrics", true, m).0,
+            answer(&Method::POST, "/metrics", true, true, m).0,
             StatusCode::METHOD_NOT_ALLOWED
         );
-        assert_eq!(answer(&Method::GET, "/", true, m).0, StatusCode::NOT_FOUND);
+        assert_eq!(
+            answer(&Method::GET, "/", true, true, m).0,
+            StatusCode::NOT_FOUND
+        );
     }
 }

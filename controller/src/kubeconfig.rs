@@ -9,6 +9,13 @@
 //! `client-certificate`, `client-key`, `tokenFile`): they would read the
 //! controller's own files. Errors never quote the text: it carries
 //! credentials.
+//!
+//! Transport: a server spoken to in plain `http://`, or with
+//! `insecure-skip-tls-verify`, is refused too unless the operator allows it
+//! (`--allow-insecure-workload-kubeconfig`): the controller would send the
+//! Secret's credentials to, and take Node verdicts from, whoever answers on
+//! the way. The refusal becomes the Machines' condition reason
+//! (`WorkloadKubeconfigRefused`) and no request is made.
 
 use kube::config::Kubeconfig;
 use thiserror::Error;
@@ -42,24 +49,45 @@ pub enum KubeconfigError {
     },
     #[error("Secret {0}: the kubeconfig names no cluster server")]
     NoServer(String),
+    #[error(
+        "Secret {secret}: cluster {cluster} {what}; refused unless the controller runs with \
+         --allow-insecure-workload-kubeconfig"
+    )]
+    Insecure {
+        secret: String,
+        cluster: String,
+        what: &'static str,
+    },
+}
+
+/// What the operator allows of a workload kubeconfig's transport.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Transport {
+    /// `--allow-insecure-workload-kubeconfig`: plain HTTP and
+    /// `insecure-skip-tls-verify` are accepted.
+    pub allow_insecure: bool,
 }
 
 /// Parses and checks the Secret's `value`. `secret` is `namespace/name`
 /// (for messages only).
-pub fn parse(secret: &str, value: Option<&[u8]>) -> Result<Kubeconfig, KubeconfigError> {
+pub fn parse(
+    secret: &str,
+    value: Option<&[u8]>,
+    transport: Transport,
+) -> Result<Kubeconfig, KubeconfigError> {
     let value = value.ok_or_else(|| KubeconfigError::NoValue(secret.into()))?;
     let text = std::str::from_utf8(value).map_err(|_| KubeconfigError::NotText(secret.into()))?;
     // kube's own YAML error could quote the text; it is not passed on.
     let kc =
         Kubeconfig::from_yaml(text).map_err(|_| KubeconfigError::NotKubeconfig(secret.into()))?;
-    check(secret, &kc)?;
+    check(secret, &kc, transport)?;
     Ok(kc)
 }
 
 /// Refuses every way a kubeconfig can run a command or read a file, in any
 /// of its users and clusters (not only the current context's: a context
 /// switch must not be a way in).
-pub fn check(secret: &str, kc: &Kubeconfig) -> Result<(), KubeconfigError> {
+pub fn check(secret: &str, kc: &Kubeconfig, transport: Transport) -> Result<(), KubeconfigError> {
     for u in &kc.auth_infos {
         let Some(a) = &u.auth_info else { continue };
         let what = if a.exec.is_some() {
@@ -100,6 +128,26 @@ pub fn check(secret: &str, kc: &Kubeconfig) -> Result<(), KubeconfigError> {
                 what: "a proxy-url",
             });
         }
+        if !transport.allow_insecure {
+            let plain = cl
+                .server
+                .as_deref()
+                .is_some_and(|s| !s.trim_start().to_ascii_lowercase().starts_with("https://"));
+            let what = if plain {
+                Some("is not spoken to over https://")
+            } else if cl.insecure_skip_tls_verify == Some(true) {
+                Some("sets insecure-skip-tls-verify")
+            } else {
+                None
+            };
+            if let Some(what) = what {
+                return Err(KubeconfigError::Insecure {
+                    secret: secret.into(),
+                    cluster: c.name.clone(),
+                    what,
+                });
+            }
+        }
         any_server |= cl.server.as_deref().is_some_and(|s| !s.is_empty());
     }
     if !any_server {
@@ -133,9 +181,11 @@ mod tests {
             ("token file", kc(ca, "    tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token\n"), Err("tokenFile")),
             ("ca file", kc("    certificate-authority: /etc/ssl/ca.pem\n", "    token: t\n"), Err("certificate-authority file")),
             ("proxy", kc("    proxy-url: http://127.0.0.1:3128\n", "    token: t\n"), Err("proxy-url")),
+            ("insecure", kc("    insecure-skip-tls-verify: true\n", "    token: s3cr3t\n"), Err("insecure-skip-tls-verify")),
+            ("plain http", kc(ca, "    token: s3cr3t\n").replace("https://", "http://"), Err("over https://")),
         ];
         for (name, text, want) in cases {
-            let got = parse("ns/w-kubeconfig", Some(text.as_bytes()));
+            let got = parse("ns/w-kubeconfig", Some(text.as_bytes()), Transport::default());
             match (got, want) {
                 (Ok(_), Ok(())) => {}
                 (Err(e), Err(w)) => {
@@ -152,17 +202,31 @@ mod tests {
         }
     }
 
+    /// The operator's leave accepts the transport, never the rest.
+    #[test]
+    fn allowed_insecure_transport() {
+        let allow = Transport {
+            allow_insecure: true,
+        };
+        let insecure = kc("    insecure-skip-tls-verify: true\n", "    token: t\n");
+        assert!(parse("a/b", Some(insecure.as_bytes()), allow).is_ok());
+        let plain = kc("    certificate-authority-data: Zm9v\n", "    token: t\n").replace("https://", "http://");
+        assert!(parse("a/b", Some(plain.as_bytes()), allow).is_ok());
+        let exec = kc("", "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: id\n");
+        assert!(parse("a/b", Some(exec.as_bytes()), allow).is_err());
+    }
+
     #[test]
     fn bad_values() {
         assert_eq!(
-            parse("a/b", None).err(),
+            parse("a/b", None, Transport::default()).err(),
             Some(KubeconfigError::NoValue("a/b".into()))
         );
         assert_eq!(
-            parse("a/b", Some(&[0xff, 0xfe])).err(),
+            parse("a/b", Some(&[0xff, 0xfe]), Transport::default()).err(),
             Some(KubeconfigError::NotText("a/b".into()))
         );
-        let e = parse("a/b", Some(b"token: s3cr3t: ["))
+        let e = parse("a/b", Some(b"token: s3cr3t: ["), Transport::default())
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
@@ -172,7 +236,7 @@ mod tests {
         );
         let no_server = "apiVersion: v1\nkind: Config\nclusters: []\nusers: []\ncontexts: []\n";
         assert_eq!(
-            parse("a/b", Some(no_server.as_bytes())).err(),
+            parse("a/b", Some(no_server.as_bytes()), Transport::default()).err(),
             Some(KubeconfigError::NoServer("a/b".into()))
         );
     }

@@ -11,10 +11,12 @@
 //! for `renew_deadline`. Every update carries the resourceVersion it read,
 //! so two candidates can never both win one round (409 for the loser).
 //!
-//! Written on kube-rs rather than taken from a crate: the Lease crates for
-//! kube-rs lagged kube 5 (the version this crate and test-api share) when
-//! this was written, and the loop is a page of code whose timing the tests
-//! measure.
+//! Written on kube-rs rather than taken from a crate. kube-lease-manager
+//! 0.13 does support kube 5; this stays because of the [`Gate`]: the write
+//! path's "may I write" expires by itself at `renew_deadline` after the
+//! last renewal even when the elector's task is stuck, which a lease
+//! manager's "am I leader" flag, set by that task, cannot promise. The
+//! loop is a page of code whose timing the tests measure.
 //!
 //! The [`Gate`] is what the controller's write path asks ("may I write
 //! now?"). It is open only until `renew_deadline` after the start of the
@@ -102,6 +104,9 @@ struct GateInner {
     always: bool,
     /// Open until this instant.
     until: Mutex<Option<Instant>>,
+    /// Told each time a closed gate opens: a new leader looks at every
+    /// Machine again (as a standby it decided but wrote nothing).
+    opened: tokio::sync::Notify,
 }
 
 impl Gate {
@@ -110,6 +115,7 @@ impl Gate {
         Gate(Arc::new(GateInner {
             always: true,
             until: Mutex::new(None),
+            opened: tokio::sync::Notify::new(),
         }))
     }
 
@@ -118,6 +124,7 @@ impl Gate {
         Gate(Arc::new(GateInner {
             always: false,
             until: Mutex::new(None),
+            opened: tokio::sync::Notify::new(),
         }))
     }
 
@@ -137,7 +144,19 @@ impl Gate {
     }
 
     fn open_until(&self, until: Instant) {
+        let was_open = self.may_write();
         *self.slot() = Some(until);
+        if !was_open {
+            self.0.opened.notify_waiters();
+        }
+    }
+
+    /// Resolves the next time a closed gate opens (never, without election).
+    pub async fn opened(&self) {
+        if self.0.always {
+            std::future::pending::<()>().await;
+        }
+        self.0.opened.notified().await;
     }
 
     fn close(&self) {
@@ -239,9 +258,22 @@ pub struct Elector {
     identity: String,
     timing: Timing,
     gate: Gate,
+    metrics: Arc<crate::metrics::Metrics>,
     /// The last record read and when this candidate first saw it.
     observed: Option<(Record, Instant)>,
     leading: bool,
+    /// This candidate's place in the jitter: a random fraction drawn once.
+    /// Not the process id, which is 1 in every container.
+    spread: f64,
+}
+
+/// A fraction in [0, 1) from the process's random hasher keys (std seeds
+/// them from the OS), so no random crate is needed for one number.
+fn random_fraction() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0);
+    (h.finish() % 10_000) as f64 / 10_000.0
 }
 
 impl Elector {
@@ -252,6 +284,7 @@ impl Elector {
         identity: &str,
         timing: Timing,
         gate: Gate,
+        metrics: Arc<crate::metrics::Metrics>,
     ) -> Elector {
         Elector {
             api: Api::namespaced(client, namespace),
@@ -260,8 +293,10 @@ impl Elector {
             identity: identity.to_string(),
             timing,
             gate,
+            metrics,
             observed: None,
             leading: false,
+            spread: random_fraction(),
         }
     }
 
@@ -270,12 +305,11 @@ impl Elector {
     }
 
     fn jittered(&self) -> Duration {
-        // No random source is needed for fairness here; spreading the
-        // candidates by a per-process offset is what the jitter is for.
-        let spread = (std::process::id() % 100) as f64 / 100.0;
+        // Spreads the candidates' retries so two replicas started together
+        // do not ask at the same instants.
         self.timing
             .retry_period
-            .mul_f64(1.0 + (JITTER - 1.0) * spread)
+            .mul_f64(1.0 + (JITTER - 1.0) * self.spread)
     }
 
     async fn try_acquire_or_renew(&mut self) -> Result<Round, kube::Error> {
@@ -384,7 +418,7 @@ impl Elector {
         match attempt {
             Ok(Ok(Round::Held(at))) => {
                 self.gate.open_until(at + self.timing.renew_deadline);
-                crate::metrics::global().set_leader(true);
+                self.metrics.set_leader(true);
                 if !self.leading {
                     self.leading = true;
                     tracing::info!(identity = %self.identity, lease = %format!("{}/{}", self.namespace, self.name), "became the leader; writing");
@@ -393,7 +427,7 @@ impl Elector {
             Ok(Ok(Round::Other(holder))) => {
                 // Another holder: stop at once, whatever the deadline.
                 self.gate.close();
-                crate::metrics::global().set_leader(false);
+                self.metrics.set_leader(false);
                 if self.leading {
                     self.leading = false;
                     tracing::warn!(identity = %self.identity, holder = ?holder, "lost the lease; no longer writing");
@@ -408,7 +442,7 @@ impl Elector {
         }
         if self.leading && !self.gate.may_write() {
             self.leading = false;
-            crate::metrics::global().set_leader(false);
+            self.metrics.set_leader(false);
             tracing::warn!(identity = %self.identity, "the lease was not renewed within the renew deadline; no longer writing");
         }
     }
@@ -419,7 +453,7 @@ impl Elector {
     /// duration.
     pub async fn release(&mut self) -> Result<bool, kube::Error> {
         self.gate.close();
-        crate::metrics::global().set_leader(false);
+        self.metrics.set_leader(false);
         let Some(mut lease) = self.api.get_opt(&self.name).await? else {
             return Ok(false);
         };

@@ -3,15 +3,25 @@
 //! Machine in the management cluster, so a Machine readiness gate holds a
 //! MachineDeployment rollout until the new worker is really ready.
 //!
-//! Pure: [`condition`] (what the Machine's condition should say),
-//! [`patch`] (the write and its Event), [`kubeconfig`] (which workload
-//! kubeconfigs are accepted), [`discovery`] (Cluster API ≥ 1.11),
-//! [`machine`] (which Machines, and their fields), [`node`] (what a Node
-//! says). I/O: [`workload`] (one connection per workload cluster),
-//! [`pool`] (the bootstrap-data Secrets), [`run`] (the loop).
+//! Shaped as kube-rs controllers are (controller-rs): [`run`] wires a
+//! `kube::runtime::Controller` on Machines, [`reconcile`] is the reconciler
+//! (one Machine at a time), [`context`] what it is given, [`error`] its one
+//! error type.
+//!
+//! Pure: [`condition`] (what the Machine's condition should say, and when
+//! to look again), [`patch`] (the write and its Event), [`kubeconfig`]
+//! (which workload kubeconfigs are accepted), [`discovery`] (Cluster API ≥
+//! 1.11), [`machine`] (which Machines, their fields, pausing), [`node`]
+//! (what a Node says). I/O: [`workload`] (one connection per workload
+//! cluster), [`desired`] (the pool's sysctls from CABPT's templates, no
+//! Secret), [`leader`], [`http`] and [`metrics`] (the component), [`qps`]
+//! (the client-side limit).
 
 pub mod condition;
+pub mod context;
+pub mod desired;
 pub mod discovery;
+pub mod error;
 pub mod http;
 pub mod kubeconfig;
 pub mod leader;
@@ -20,7 +30,7 @@ pub mod metrics;
 pub mod node;
 pub mod ops;
 pub mod patch;
-pub mod pool;
 pub mod qps;
+pub mod reconcile;
 pub mod run;
 pub mod workload;

@@ -1,13 +1,17 @@
 //! The fields of Cluster API v1beta2 objects the controller reads, from
-//! their JSON (Machines and MachineDeployments are custom resources with no
-//! Rust types in k8s-openapi), and which Machines it looks after. Pure.
+//! their JSON (Machines, MachineDeployments and Clusters are custom
+//! resources with no Rust types in k8s-openapi), and which Machines it
+//! looks after. Pure.
 //!
-//! Field paths follow `api/core/v1beta2/machine_types.go` and
-//! `machinedeployment_types.go` (kubernetes-sigs/cluster-api v1.12.0):
-//! `spec.clusterName`, `spec.readinessGates[].conditionType`,
-//! `spec.bootstrap.dataSecretName`, `status.nodeRef.name`, and the label
-//! `cluster.x-k8s.io/deployment-name` the MachineSet controller puts on the
-//! Machines of a MachineDeployment.
+//! Field paths follow `api/core/v1beta2/machine_types.go`,
+//! `machinedeployment_types.go` and `cluster_types.go`
+//! (kubernetes-sigs/cluster-api v1.13): `spec.clusterName`,
+//! `spec.readinessGates[].{conditionType,polarity}`,
+//! `spec.bootstrap.configRef.{apiGroup,kind,name}`, `status.nodeRef.name`,
+//! the label `cluster.x-k8s.io/deployment-name` the MachineSet controller
+//! puts on the Machines of a MachineDeployment, and pausing as CAPI's
+//! `annotations.IsPaused` reads it (the annotation `cluster.x-k8s.io/paused`
+//! on the object, whatever its value, or the Cluster's `spec.paused`).
 
 use kube::api::DynamicObject;
 use serde_json::{Map, Value};
@@ -17,6 +21,9 @@ pub const DEPLOYMENT_LABEL: &str = "cluster.x-k8s.io/deployment-name";
 /// The MachineDeployment annotation that asks for the condition before the
 /// gate is added (so adding the gate makes no Machine unavailable).
 pub const MIRROR_ANNOTATION: &str = "sandbox-readiness.io/mirror";
+/// Cluster API's pause annotation (`clusterv1.PausedAnnotation`): present
+/// on a Cluster or a Machine, every controller leaves the object alone.
+pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
 
 fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
     let mut cur = v;
@@ -26,53 +33,110 @@ fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
     cur.as_str().filter(|s| !s.is_empty())
 }
 
+fn has_annotation(o: &Value, key: &str) -> bool {
+    o.pointer("/metadata/annotations")
+        .and_then(|a| a.get(key))
+        .is_some()
+}
+
+/// `spec.bootstrap.configRef` (v1beta2: a contract reference, no version).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigRef<'a> {
+    pub api_group: &'a str,
+    pub kind: &'a str,
+    pub name: &'a str,
+}
+
+/// How a Machine gates on the controller's condition type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// No readiness gate on the type.
+    None,
+    /// `polarity` absent or `Positive`: `True` means ready.
+    Positive,
+    /// `polarity: Negative`: Cluster API would count our `True` as a
+    /// failure and our `False` as healthy. A misconfiguration, reported as
+    /// such: the condition is never inverted (`kubectl wait`,
+    /// MachineHealthChecks and node-readiness-controller read the same type
+    /// with its one meaning).
+    Negative,
+}
+
 /// What the controller needs from one Machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MachineView<'a> {
     pub cluster: Option<&'a str>,
     pub node: Option<&'a str>,
-    pub bootstrap_secret: Option<&'a str>,
+    pub config_ref: Option<ConfigRef<'a>>,
     pub deployment: Option<&'a str>,
-    pub gated: bool,
+    pub gate: Gate,
+    pub paused: bool,
+}
+
+impl MachineView<'_> {
+    pub fn gated(&self) -> bool {
+        self.gate != Gate::None
+    }
 }
 
 /// Reads a Machine's JSON (the whole object: metadata, spec, status).
 pub fn view<'a>(m: &'a Value, condition_type: &str) -> MachineView<'a> {
-    let gated = m
-        .pointer("/spec/readinessGates")
-        .and_then(Value::as_array)
-        .is_some_and(|gs| {
-            gs.iter()
-                .any(|g| g.get("conditionType").and_then(Value::as_str) == Some(condition_type))
+    let gates = m.pointer("/spec/readinessGates").and_then(Value::as_array);
+    let ours = gates.into_iter().flatten().filter(|g| {
+        g.get("conditionType").and_then(Value::as_str) == Some(condition_type)
+    });
+    // Two gates on one type cannot pass CAPI's list-map validation; if one
+    // ever says Negative, that is what CAPI would act on.
+    let gate = ours.fold(Gate::None, |acc, g| {
+        match (acc, g.get("polarity").and_then(Value::as_str)) {
+            (Gate::Negative, _) | (_, Some("Negative")) => Gate::Negative,
+            _ => Gate::Positive,
+        }
+    });
+    let config_ref = m
+        .pointer("/spec/bootstrap/configRef")
+        .and_then(|r| {
+            Some(ConfigRef {
+                api_group: r.get("apiGroup").and_then(Value::as_str).unwrap_or(""),
+                kind: r.get("kind").and_then(Value::as_str)?,
+                name: r.get("name").and_then(Value::as_str).filter(|n| !n.is_empty())?,
+            })
         });
     MachineView {
         cluster: str_at(m, &["spec", "clusterName"]),
         node: str_at(m, &["status", "nodeRef", "name"]),
-        bootstrap_secret: str_at(m, &["spec", "bootstrap", "dataSecretName"]),
+        config_ref,
         deployment: m
             .pointer("/metadata/labels")
             .and_then(|l| l.get(DEPLOYMENT_LABEL))
             .and_then(Value::as_str),
-        gated,
+        gate,
+        paused: has_annotation(m, PAUSED_ANNOTATION),
     }
 }
 
 /// Keeps of a Machine only what [`view`], the condition planner and the
 /// Event reference read: its identity (name, namespace, uid,
-/// resourceVersion, generation, deletionTimestamp, the deployment label),
-/// `spec.clusterName`, `spec.readinessGates`, `spec.bootstrap.dataSecretName`,
-/// `status.nodeRef` and the whole of `status.conditions` (the merge patch
-/// replaces the list, so every writer's conditions must be kept). Applied
-/// before the reflector stores a Machine and to each Machine a write
-/// returns, so the controller's memory follows the number of Machines, not
-/// what Cluster API and the providers put on them (managed fields, owner
-/// references, addresses, nodeInfo, the v1beta1 conditions).
+/// resourceVersion, generation, deletionTimestamp, the deployment label,
+/// the pause annotation), `spec.clusterName`, `spec.readinessGates`,
+/// `spec.bootstrap.configRef`, `status.nodeRef` and the whole of
+/// `status.conditions` (the merge patch replaces the list, so every
+/// writer's conditions must be kept). Applied before the reflector stores a
+/// Machine and to each Machine a write returns, so the controller's memory
+/// follows the number of Machines, not what Cluster API and the providers
+/// put on them (managed fields, owner references, addresses, nodeInfo, the
+/// v1beta1 conditions).
 pub fn slim(o: &mut DynamicObject) {
     let md = &mut o.metadata;
     md.managed_fields = None;
-    md.annotations = None;
     md.owner_references = None;
     md.finalizers = None;
+    if let Some(a) = md.annotations.as_mut() {
+        a.retain(|k, _| k == PAUSED_ANNOTATION);
+    }
+    if md.annotations.as_ref().is_some_and(|a| a.is_empty()) {
+        md.annotations = None;
+    }
     if let Some(labels) = md.labels.as_mut() {
         labels.retain(|k, _| k == DEPLOYMENT_LABEL);
     }
@@ -82,10 +146,11 @@ pub fn slim(o: &mut DynamicObject) {
             .collect()
     };
     let mut spec = pick(&o.data["spec"], &["clusterName", "readinessGates"]);
-    if let Some(name) = o.data.pointer("/spec/bootstrap/dataSecretName") {
+    if let Some(r) = o.data.pointer("/spec/bootstrap/configRef") {
+        let r = pick(r, &["apiGroup", "kind", "name"]);
         spec.insert(
             "bootstrap".into(),
-            Value::Object(Map::from_iter([("dataSecretName".into(), name.clone())])),
+            Value::Object(Map::from_iter([("configRef".into(), Value::Object(r))])),
         );
     }
     let status = pick(&o.data["status"], &["nodeRef", "conditions"]);
@@ -97,6 +162,24 @@ pub fn slim(o: &mut DynamicObject) {
     o.data = Value::Object(data);
 }
 
+/// Keeps of a MachineDeployment or a Cluster what the controller reads:
+/// its identity, the mirror and pause annotations and `spec.paused`.
+pub fn slim_owner(o: &mut DynamicObject) {
+    let md = &mut o.metadata;
+    md.managed_fields = None;
+    md.owner_references = None;
+    md.finalizers = None;
+    md.labels = None;
+    if let Some(a) = md.annotations.as_mut() {
+        a.retain(|k, _| k == PAUSED_ANNOTATION || k == MIRROR_ANNOTATION);
+    }
+    let paused = o.data.pointer("/spec/paused").cloned();
+    o.data = match paused {
+        Some(p) => serde_json::json!({"spec": {"paused": p}}),
+        None => Value::Object(Map::new()),
+    };
+}
+
 /// A MachineDeployment asks to be mirrored (`sandbox-readiness.io/mirror: "true"`).
 pub fn mirrored(md: &Value) -> bool {
     md.pointer("/metadata/annotations")
@@ -105,10 +188,17 @@ pub fn mirrored(md: &Value) -> bool {
         == Some("true")
 }
 
+/// A Cluster is paused: `spec.paused: true` or the pause annotation
+/// (CAPI's `annotations.IsPaused(cluster, o)` reads both).
+pub fn cluster_paused(c: &Value) -> bool {
+    c.pointer("/spec/paused").and_then(Value::as_bool) == Some(true)
+        || has_annotation(c, PAUSED_ANNOTATION)
+}
+
 /// The controller looks after a Machine gated on its condition type, or
 /// one whose MachineDeployment (in the same namespace) is mirrored.
 pub fn selected(v: &MachineView<'_>, deployment_mirrored: impl Fn(&str) -> bool) -> bool {
-    v.gated || v.deployment.is_some_and(deployment_mirrored)
+    v.gated() || v.deployment.is_some_and(deployment_mirrored)
 }
 
 #[cfg(test)]
@@ -122,7 +212,8 @@ mod tests {
     fn table() {
         let gated = json!({"metadata":{"labels":{DEPLOYMENT_LABEL:"md-a"}},"spec":{"clusterName":"c1",
             "readinessGates":[{"conditionType":"Other"},{"conditionType":TY}],
-            "bootstrap":{"dataSecretName":"m1-boot"}},"status":{"nodeRef":{"name":"w1"}}});
+            "bootstrap":{"dataSecretName":"m1-boot","configRef":{"apiGroup":"bootstrap.cluster.x-k8s.io",
+                "kind":"TalosConfig","name":"m1-tc"}}},"status":{"nodeRef":{"name":"w1"}}});
         let other_gate =
             json!({"spec":{"clusterName":"c1","readinessGates":[{"conditionType":"Other"}]}});
         let mirrored_md =
@@ -145,11 +236,23 @@ mod tests {
             MachineView {
                 cluster: Some("c1"),
                 node: Some("w1"),
-                bootstrap_secret: Some("m1-boot"),
+                config_ref: Some(ConfigRef {
+                    api_group: "bootstrap.cluster.x-k8s.io",
+                    kind: "TalosConfig",
+                    name: "m1-tc"
+                }),
                 deployment: Some("md-a"),
-                gated: true
+                gate: Gate::Positive,
+                paused: false,
             }
         );
+        let negative = json!({"spec":{"readinessGates":[{"conditionType":TY,"polarity":"Negative"}]}});
+        assert_eq!(view(&negative, TY).gate, Gate::Negative);
+        assert!(selected(&view(&negative, TY), |_| false));
+        let positive = json!({"spec":{"readinessGates":[{"conditionType":TY,"polarity":"Positive"}]}});
+        assert_eq!(view(&positive, TY).gate, Gate::Positive);
+        let paused = json!({"metadata":{"annotations":{PAUSED_ANNOTATION:""}}});
+        assert!(view(&paused, TY).paused);
         let empty_ref = json!({"status":{"nodeRef":{"name":""}}});
         assert_eq!(view(&empty_ref, TY).node, None);
     }
@@ -160,11 +263,12 @@ mod tests {
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
             "metadata": {"name": "m1", "namespace": "t1", "uid": "u1", "resourceVersion": "7",
                 "generation": 3, "labels": {DEPLOYMENT_LABEL: "md-a", "other": "x"},
-                "annotations": {"a": "b"}, "finalizers": ["machine.cluster.x-k8s.io"],
+                "annotations": {"a": "b", PAUSED_ANNOTATION: "true"}, "finalizers": ["machine.cluster.x-k8s.io"],
                 "ownerReferences": [{"apiVersion": "v1", "kind": "MachineSet", "name": "ms", "uid": "u0"}],
                 "managedFields": [{"manager": "capi"}]},
             "spec": {"clusterName": "c1", "readinessGates": [{"conditionType": TY}],
-                "bootstrap": {"dataSecretName": "m1-boot", "configRef": {"name": "tc"}},
+                "bootstrap": {"dataSecretName": "m1-boot", "configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io",
+                    "kind": "TalosConfig", "name": "tc"}},
                 "infrastructureRef": {"name": "i"}, "providerID": "p", "version": "v1.33.0"},
             "status": {"nodeRef": {"name": "w1"}, "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
                 "nodeInfo": {"kernelVersion": "6.12"}, "phase": "Running",
@@ -183,12 +287,13 @@ mod tests {
         assert_eq!(
             slimmed["metadata"],
             json!({"name": "m1", "namespace": "t1", "uid": "u1", "resourceVersion": "7",
-                "generation": 3, "labels": {DEPLOYMENT_LABEL: "md-a"}})
+                "generation": 3, "labels": {DEPLOYMENT_LABEL: "md-a"},
+                "annotations": {PAUSED_ANNOTATION: "true"}})
         );
         assert_eq!(slimmed["apiVersion"], full["apiVersion"]);
         for gone in [
             "/spec/infrastructureRef",
-            "/spec/bootstrap/configRef",
+            "/spec/bootstrap/dataSecretName",
             "/status/addresses",
             "/status/nodeInfo",
             "/status/deprecated",
@@ -203,6 +308,28 @@ mod tests {
         .unwrap();
         slim(&mut bare);
         assert_eq!(serde_json::to_value(&bare).unwrap()["status"], Value::Null);
+    }
+
+    #[test]
+    fn paused_clusters() {
+        assert!(cluster_paused(&json!({"spec":{"paused":true}})));
+        assert!(!cluster_paused(&json!({"spec":{"paused":false}})));
+        assert!(cluster_paused(
+            &json!({"metadata":{"annotations":{PAUSED_ANNOTATION:""}}})
+        ));
+        assert!(!cluster_paused(&json!({"metadata":{"annotations":{}}})));
+        let mut c: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "c1", "annotations": {PAUSED_ANNOTATION: "", "x": "y"},
+                "labels": {"a": "b"}},
+            "spec": {"paused": true, "controlPlaneRef": {"name": "cp"}},
+            "status": {"phase": "Provisioned"}}))
+        .unwrap();
+        slim_owner(&mut c);
+        let v = serde_json::to_value(&c).unwrap();
+        assert!(cluster_paused(&v));
+        assert_eq!(v["spec"], json!({"paused": true}));
+        assert_eq!(v["metadata"]["annotations"], json!({PAUSED_ANNOTATION: ""}));
     }
 
     #[test]

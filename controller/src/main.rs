@@ -12,7 +12,7 @@ use kube::{
     config::{KubeConfigOptions, Kubeconfig},
     Client, Config,
 };
-use sandbox_readiness_controller::{discovery, ops, run};
+use sandbox_readiness_controller::{context, discovery, kubeconfig, metrics::Metrics, ops, qps, run};
 
 /// Mirrors each workload Node's sandbox readiness condition onto its Cluster
 /// API Machine, so a Machine readiness gate holds a rollout until the new
@@ -39,6 +39,12 @@ struct Args {
     /// once after a 401 or a TLS failure).
     #[arg(long, env = "SANDBOX_READINESS_SECRET_RESYNC", default_value = "30s", value_parser = humantime::parse_duration)]
     secret_resync: Duration,
+    /// Accept workload kubeconfigs that speak plain http:// or set
+    /// insecure-skip-tls-verify (refused by default: the Secret's
+    /// credentials and the Nodes' verdicts would cross an unauthenticated
+    /// channel; the Machines say WorkloadKubeconfigRefused).
+    #[arg(long, env = "SANDBOX_READINESS_ALLOW_INSECURE_WORKLOAD_KUBECONFIG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    allow_insecure_workload_kubeconfig: bool,
     /// Leader election, endpoints, client limits (controller-ops).
     #[command(flatten)]
     ops: ops::OpsArgs,
@@ -74,9 +80,13 @@ fn valid_condition_type(t: &str) -> bool {
     t.len() <= 316 && name_ok && prefix_ok
 }
 
-/// The management cluster's clients: the loop's and the Event recorder's,
-/// each behind its own --kube-qps/--kube-burst bucket (see `run::run_gated`).
-async fn management_client(path: Option<&PathBuf>) -> Result<(Client, Client), String> {
+/// The management cluster's clients: the controller's and the Event
+/// recorder's, each behind its own --kube-qps/--kube-burst bucket (see
+/// `run::run`).
+async fn management_client(
+    path: Option<&PathBuf>,
+    limits: qps::Limits,
+) -> Result<(Client, Client), String> {
     let config = match path {
         Some(p) => {
             let kc = Kubeconfig::read_from(p)
@@ -93,10 +103,8 @@ async fn management_client(path: Option<&PathBuf>) -> Result<(Client, Client), S
         None => Config::incluster()
             .map_err(|e| format!("no --kubeconfig and no in-cluster config: {e}"))?,
     };
-    // controller-ops: behind the --kube-qps/--kube-burst bucket.
     let client = |c| {
-        sandbox_readiness_controller::qps::client(c)
-            .map_err(|e| format!("the management cluster's client: {e}"))
+        qps::client(c, limits).map_err(|e| format!("the management cluster's client: {e}"))
     };
     Ok((client(config.clone())?, client(config)?))
 }
@@ -117,8 +125,8 @@ async fn main_async(args: Args) -> ExitCode {
         eprintln!("{e}");
         return ExitCode::from(2);
     }
-    args.ops.set_client_limits();
-    let (client, events) = match management_client(args.kubeconfig.as_ref()).await {
+    let limits = args.ops.client_limits();
+    let (client, events) = match management_client(args.kubeconfig.as_ref(), limits).await {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");
@@ -141,13 +149,18 @@ async fn main_async(args: Args) -> ExitCode {
         eprintln!("{e}");
         return ExitCode::from(2);
     }
-    let settings = run::Settings {
+    let settings = context::Settings {
         condition_type: args.condition_type,
         stale_after: args.stale_after,
         secret_resync: args.secret_resync,
         instance: std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()),
+        transport: kubeconfig::Transport {
+            allow_insecure: args.allow_insecure_workload_kubeconfig,
+        },
+        limits,
     };
-    let ops = match ops::Ops::start(&client, &args.ops).await {
+    let metrics = std::sync::Arc::new(Metrics::default());
+    let mut ops = match ops::Ops::start(&client, &args.ops, metrics.clone()).await {
         Ok(o) => o,
         Err(e) => {
             eprintln!("{e}");
@@ -155,8 +168,9 @@ async fn main_async(args: Args) -> ExitCode {
         }
     };
     let gate = ops.gate();
+    let endpoints = ops.take_listener();
     tokio::select! {
-        r = run::run_gated(client, events, settings, gate) => match r {
+        r = run::run(client, events, settings, gate, metrics, endpoints) => match r {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("{e}");

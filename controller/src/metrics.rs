@@ -1,43 +1,38 @@
-//! The controller's Prometheus metrics: counters and gauges the loop's
-//! hooks update, rendered in the text exposition format (0.0.4) by
-//! [`Metrics::render`] (pure over the values it holds).
+//! The controller's Prometheus metrics: counters the reconciler and the
+//! workload connections bump, and gauges computed at scrape time from the
+//! Machine cache ([`Gauges`]). Rendered with the node crate's exposition
+//! writer and duration histogram (`sandbox_readiness::metrics`), so the
+//! workspace has one Prometheus writer.
 //!
-//! One process-wide instance ([`global`]) so the hooks in the loop are one
-//! line each and the loop's signatures stay as they are.
+//! One instance per process, held in the reconciler's
+//! [`Context`](crate::context::Context) and shared by `Arc` with the
+//! endpoints and the leader elector: no global.
 
 use std::{
     collections::BTreeMap,
-    fmt::Write as _,
     sync::{
         atomic::{AtomicU64, Ordering},
-        Mutex, OnceLock,
+        Mutex,
     },
-    time::Duration,
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-/// Reconcile-round latency buckets, seconds (a round reads caches and
-/// writes only what changed: milliseconds at rest, up to seconds under a
-/// burst of writes at the QPS limit).
-const BUCKETS: [f64; 12] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
-];
+use sandbox_readiness::metrics::{
+    text::{Encoder, Kind},
+    DurationHistogram,
+};
 
-#[derive(Debug, Default)]
-struct Histogram {
-    counts: [u64; BUCKETS.len()],
-    sum: f64,
-    count: u64,
-}
-
-#[derive(Debug, Default)]
-struct Gauges {
+/// What the Machine cache says at a scrape.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Gauges {
     /// cluster ("ns/name") → Machines selected for mirroring.
-    machines: BTreeMap<String, u64>,
+    pub machines: BTreeMap<String, u64>,
     /// condition status (True/False/Unknown/none) → Machines.
-    conditions: BTreeMap<String, u64>,
-    /// cluster → workload API errors (a counter, kept per cluster).
-    workload_errors: BTreeMap<String, u64>,
-    rounds: Histogram,
+    pub conditions: BTreeMap<String, u64>,
+    /// Machines whose gate on our type has `polarity: Negative`.
+    pub negative_gates: u64,
+    /// Mirrored Machines skipped because they or their Cluster are paused.
+    pub paused: u64,
 }
 
 #[derive(Debug, Default)]
@@ -46,23 +41,27 @@ pub struct Metrics {
     write_errors: AtomicU64,
     conflicts: AtomicU64,
     events: AtomicU64,
+    reconciles: AtomicU64,
+    reconcile_errors: AtomicU64,
     /// 0 standby, 1 leader; election off counts as leader.
     leader: AtomicU64,
     /// 1 once the management caches listed.
     synced: AtomicU64,
-    g: Mutex<Gauges>,
+    /// Unix seconds of the controller loop's last sign of life (a reconcile
+    /// or a resync tick it consumed).
+    progress: AtomicU64,
+    workload_errors: Mutex<BTreeMap<String, u64>>,
+    reconcile_time: DurationHistogram,
 }
 
-pub fn global() -> &'static Metrics {
-    static M: OnceLock<Metrics> = OnceLock::new();
-    M.get_or_init(Metrics::default)
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
 }
 
 impl Metrics {
-    fn gauges(&self) -> std::sync::MutexGuard<'_, Gauges> {
-        self.g.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     pub fn write_ok(&self) {
         self.writes.fetch_add(1, Ordering::Relaxed);
     }
@@ -85,193 +84,151 @@ impl Metrics {
 
     pub fn set_synced(&self) {
         self.synced.store(1, Ordering::Relaxed);
+        self.alive();
     }
 
     pub fn synced(&self) -> bool {
         self.synced.load(Ordering::Relaxed) == 1
     }
 
-    pub fn workload_error(&self, cluster: &str) {
-        *self
-            .gauges()
-            .workload_errors
-            .entry(cluster.to_string())
-            .or_default() += 1;
+    /// The loop is alive: it reconciled, or it consumed a resync tick.
+    pub fn alive(&self) {
+        self.progress.store(unix_now(), Ordering::Relaxed);
     }
 
-    /// After a round: the Machines it mirrored, as (cluster, condition
-    /// status or None), and how long it took.
-    pub fn round(&self, watched: &[(String, Option<String>)], took: Duration) {
-        let mut g = self.gauges();
-        g.machines.clear();
-        g.conditions.clear();
-        for s in ["True", "False", "Unknown"] {
-            g.conditions.insert(s.to_string(), 0);
+    /// `/healthz`: the loop showed a sign of life within `within` (it
+    /// consumes a resync tick at least once a `--resync`, so a loop that
+    /// stopped, or a reconcile that hangs all of it, fails this).
+    pub fn progressing(&self, within: Duration) -> bool {
+        let last = self.progress.load(Ordering::Relaxed);
+        last == 0 || unix_now().saturating_sub(last) <= within.as_secs()
+    }
+
+    pub fn reconciled(&self, took: Duration, ok: bool) {
+        self.reconciles.fetch_add(1, Ordering::Relaxed);
+        if !ok {
+            self.reconcile_errors.fetch_add(1, Ordering::Relaxed);
         }
-        for (cluster, status) in watched {
-            *g.machines.entry(cluster.clone()).or_default() += 1;
-            let s = status.clone().unwrap_or_else(|| "none".into());
-            *g.conditions.entry(s).or_default() += 1;
-        }
-        let secs = took.as_secs_f64();
-        let h = &mut g.rounds;
-        for (i, b) in BUCKETS.iter().enumerate() {
-            if secs <= *b {
-                h.counts[i] += 1;
-            }
-        }
-        h.sum += secs;
-        h.count += 1;
+        self.reconcile_time.observe(took);
+        self.alive();
+    }
+
+    pub fn workload_error(&self, cluster: &str) {
+        let mut m = self
+            .workload_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *m.entry(cluster.to_string()).or_default() += 1;
     }
 
     /// The exposition text.
-    pub fn render(&self, version: &str) -> String {
-        let g = self.gauges();
-        let mut o = String::new();
-        let fam = |o: &mut String, name: &str, ty: &str, help: &str| {
-            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {ty}");
-        };
-        fam(
-            &mut o,
-            "sandbox_readiness_controller_build_info",
-            "gauge",
+    pub fn render(&self, version: &str, g: &Gauges) -> String {
+        const P: &str = "sandbox_readiness_controller_";
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
+        let mut e = Encoder::new();
+        let name = |s: &str| format!("{P}{s}");
+        e.family(
+            &name("build_info"),
+            Kind::Gauge,
             "The controller's version (always 1).",
         );
-        let _ = writeln!(
-            o,
-            "sandbox_readiness_controller_build_info{{version=\"{}\"}} 1",
-            escape(version)
-        );
-        fam(
-            &mut o,
-            "sandbox_readiness_controller_leader",
-            "gauge",
+        e.sample(&name("build_info"), &[("version", version)], 1.0);
+        e.single(
+            &name("leader"),
+            Kind::Gauge,
             "1 while this replica is the leader (or leader election is off), 0 as a standby.",
+            n(&self.leader),
         );
-        let _ = writeln!(
-            o,
-            "sandbox_readiness_controller_leader {}",
-            self.leader.load(Ordering::Relaxed)
+        e.single(
+            &name("caches_synced"),
+            Kind::Gauge,
+            "1 once the management cluster's Machines, MachineDeployments and Clusters were listed.",
+            n(&self.synced),
         );
-        fam(&mut o, "sandbox_readiness_controller_caches_synced", "gauge", "1 once the management cluster's Machines, MachineDeployments and Clusters were listed.");
-        let _ = writeln!(
-            o,
-            "sandbox_readiness_controller_caches_synced {}",
-            self.synced.load(Ordering::Relaxed)
-        );
-        fam(
-            &mut o,
-            "sandbox_readiness_controller_machines",
-            "gauge",
+        e.family(
+            &name("machines"),
+            Kind::Gauge,
             "Machines mirrored, by workload cluster (namespace/name).",
         );
-        for (c, n) in &g.machines {
-            let _ = writeln!(
-                o,
-                "sandbox_readiness_controller_machines{{cluster=\"{}\"}} {n}",
-                escape(c)
-            );
+        for (c, v) in &g.machines {
+            e.sample(&name("machines"), &[("cluster", c)], *v as f64);
         }
-        fam(
-            &mut o,
-            "sandbox_readiness_controller_conditions",
-            "gauge",
+        e.family(
+            &name("conditions"),
+            Kind::Gauge,
             "Mirrored Machines by the status of their condition (none: not yet written).",
         );
-        for (s, n) in &g.conditions {
-            let _ = writeln!(
-                o,
-                "sandbox_readiness_controller_conditions{{status=\"{}\"}} {n}",
-                escape(s)
-            );
+        for (s, v) in &g.conditions {
+            e.sample(&name("conditions"), &[("status", s)], *v as f64);
         }
-        fam(
-            &mut o,
-            "sandbox_readiness_controller_writes_total",
-            "counter",
-            "Machine condition writes accepted by the API server.",
+        e.single(
+            &name("negative_polarity_gates"),
+            Kind::Gauge,
+            "Machines whose readiness gate on the condition type has polarity Negative (a misconfiguration: their condition says Unknown).",
+            g.negative_gates as f64,
         );
-        let _ = writeln!(
-            o,
-            "sandbox_readiness_controller_writes_total {}",
-            self.writes.load(Ordering::Relaxed)
+        e.single(
+            &name("paused_machines"),
+            Kind::Gauge,
+            "Mirrored Machines left alone because they or their Cluster are paused.",
+            g.paused as f64,
         );
-        fam(
-            &mut o,
-            "sandbox_readiness_controller_write_errors_total",
-            "counter",
-            "Machine condition writes that failed (other than 409).",
-        );
-        let _ = writeln!(
-            o,
-            "sandbox_readiness_controller_write_errors_total {}",
-            self.write_errors.load(Ordering::Relaxed)
-        );
-        fam(
-            &mut o,
-            "sandbox_readiness_controller_conflicts_total",
-            "counter",
-            "409 Conflict answers to guarded Machine writes (each re-read and retried).",
-        );
-        let _ = writeln!(
-            o,
-            "sandbox_readiness_controller_conflicts_total {}",
-            self.conflicts.load(Ordering::Relaxed)
-        );
-        fam(
-            &mut o,
-            "sandbox_readiness_controller_events_total",
-            "counter",
-            "Events recorded on Machines.",
-        );
-        let _ = writeln!(
-            o,
-            "sandbox_readiness_controller_events_total {}",
-            self.events.load(Ordering::Relaxed)
-        );
-        fam(
-            &mut o,
-            "sandbox_readiness_controller_workload_api_errors_total",
-            "counter",
+        for (metric, help, v) in [
+            (
+                "writes_total",
+                "Machine condition writes accepted by the API server.",
+                &self.writes,
+            ),
+            (
+                "write_errors_total",
+                "Machine condition writes that failed (other than 409).",
+                &self.write_errors,
+            ),
+            (
+                "conflicts_total",
+                "409 Conflict answers to guarded Machine writes (each re-read and retried).",
+                &self.conflicts,
+            ),
+            ("events_total", "Events recorded on Machines.", &self.events),
+            (
+                "reconciles_total",
+                "Machine reconciles run.",
+                &self.reconciles,
+            ),
+            (
+                "reconcile_errors_total",
+                "Machine reconciles that ended in an error (retried with a backoff).",
+                &self.reconcile_errors,
+            ),
+        ] {
+            e.single(&name(metric), Kind::Counter, help, n(v));
+        }
+        e.family(
+            &name("workload_api_errors_total"),
+            Kind::Counter,
             "Failed reads of a workload cluster's API server, by cluster.",
         );
-        for (c, n) in &g.workload_errors {
-            let _ = writeln!(
-                o,
-                "sandbox_readiness_controller_workload_api_errors_total{{cluster=\"{}\"}} {n}",
-                escape(c)
+        for (c, v) in self
+            .workload_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            e.sample(
+                &name("workload_api_errors_total"),
+                &[("cluster", c)],
+                *v as f64,
             );
         }
-        let h = &g.rounds;
-        fam(
-            &mut o,
-            "sandbox_readiness_controller_reconcile_duration_seconds",
-            "histogram",
-            "Time of one reconcile round over all mirrored Machines.",
+        let h = self.reconcile_time.snapshot();
+        e.histogram(
+            &name("reconcile_duration_seconds"),
+            "Time of one Machine's reconcile.",
+            &h.buckets,
+            h.sum_seconds,
+            h.count,
         );
-        for (i, b) in BUCKETS.iter().enumerate() {
-            let _ = writeln!(
-                o,
-                "sandbox_readiness_controller_reconcile_duration_seconds_bucket{{le=\"{b}\"}} {}",
-                h.counts[i]
-            );
-        }
-        let _ = writeln!(
-            o,
-            "sandbox_readiness_controller_reconcile_duration_seconds_bucket{{le=\"+Inf\"}} {}",
-            h.count
-        );
-        let _ = writeln!(
-            o,
-            "sandbox_readiness_controller_reconcile_duration_seconds_sum {}",
-            h.sum
-        );
-        let _ = writeln!(
-            o,
-            "sandbox_readiness_controller_reconcile_duration_seconds_count {}",
-            h.count
-        );
-        o
+        e.finish()
     }
 }
 
@@ -287,60 +244,54 @@ pub fn status_of(machine: &serde_json::Value, ty: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Label values: backslash, quote and newline escaped (exposition format).
-fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn renders_counts_and_a_cumulative_histogram() {
+    fn renders_counts_gauges_and_a_cumulative_histogram() {
         let m = Metrics::default();
         m.write_ok();
         m.write_ok();
         m.conflict();
         m.workload_error("tenant-a/c1");
-        m.round(
-            &[
-                ("tenant-a/c1".into(), Some("True".into())),
-                ("tenant-a/c1".into(), None),
-                ("t\"b/c2".into(), Some("False".into())),
-            ],
-            Duration::from_millis(30),
-        );
-        let t = m.render("0.1.0");
-        assert!(
-            t.contains("sandbox_readiness_controller_writes_total 2\n"),
-            "{t}"
-        );
-        assert!(
-            t.contains("sandbox_readiness_controller_conflicts_total 1\n"),
-            "{t}"
-        );
-        assert!(
-            t.contains("sandbox_readiness_controller_machines{cluster=\"tenant-a/c1\"} 2\n"),
-            "{t}"
-        );
-        assert!(
-            t.contains("sandbox_readiness_controller_machines{cluster=\"t\\\"b/c2\"} 1\n"),
-            "{t}"
-        );
-        assert!(
-            t.contains("sandbox_readiness_controller_conditions{status=\"Unknown\"} 0\n"),
-            "{t}"
-        );
-        assert!(
-            t.contains("sandbox_readiness_controller_conditions{status=\"none\"} 1\n"),
-            "{t}"
-        );
-        assert!(t.contains("_bucket{le=\"0.025\"} 0\n"), "{t}");
-        assert!(t.contains("_bucket{le=\"0.05\"} 1\n"), "{t}");
-        assert!(t.contains("_bucket{le=\"+Inf\"} 1\n"), "{t}");
-        assert!(t.contains("sandbox_readiness_controller_workload_api_errors_total{cluster=\"tenant-a/c1\"} 1\n"), "{t}");
+        m.reconciled(Duration::from_millis(30), true);
+        m.reconciled(Duration::from_millis(3), false);
+        let mut g = Gauges::default();
+        g.machines.insert("tenant-a/c1".into(), 2);
+        g.machines.insert("t\"b/c2".into(), 1);
+        for (s, v) in [("True", 1), ("False", 1), ("Unknown", 0), ("none", 1)] {
+            g.conditions.insert(s.into(), v);
+        }
+        g.negative_gates = 1;
+        let t = m.render("0.1.0", &g);
+        for want in [
+            "sandbox_readiness_controller_writes_total 2\n",
+            "sandbox_readiness_controller_conflicts_total 1\n",
+            "sandbox_readiness_controller_reconciles_total 2\n",
+            "sandbox_readiness_controller_reconcile_errors_total 1\n",
+            "sandbox_readiness_controller_machines{cluster=\"tenant-a/c1\"} 2\n",
+            "sandbox_readiness_controller_machines{cluster=\"t\\\"b/c2\"} 1\n",
+            "sandbox_readiness_controller_conditions{status=\"Unknown\"} 0\n",
+            "sandbox_readiness_controller_conditions{status=\"none\"} 1\n",
+            "sandbox_readiness_controller_negative_polarity_gates 1\n",
+            "_bucket{le=\"0.025\"} 1\n",
+            "_bucket{le=\"0.05\"} 2\n",
+            "_bucket{le=\"+Inf\"} 2\n",
+            "sandbox_readiness_controller_workload_api_errors_total{cluster=\"tenant-a/c1\"} 1\n",
+        ] {
+            assert!(t.contains(want), "{want}\n{t}");
+        }
+    }
+
+    #[test]
+    fn progress() {
+        let m = Metrics::default();
+        // Not started yet: nothing to judge.
+        assert!(m.progressing(Duration::from_secs(1)));
+        m.progress.store(unix_now() - 600, Ordering::Relaxed);
+        assert!(!m.progressing(Duration::from_secs(180)));
+        m.alive();
+        assert!(m.progressing(Duration::from_secs(180)));
     }
 }

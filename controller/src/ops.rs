@@ -54,12 +54,12 @@ impl OpsArgs {
         }
     }
 
-    /// Makes every kube client built from now on use these limits.
-    pub fn set_client_limits(&self) {
-        crate::qps::set_limits(crate::qps::Limits {
+    /// Every kube client's limits (each API server has a bucket of its own).
+    pub fn client_limits(&self) -> crate::qps::Limits {
+        crate::qps::Limits {
             qps: self.kube_qps,
             burst: self.kube_burst,
-        });
+        }
     }
 
     /// Refusals at start, as one line.
@@ -81,6 +81,9 @@ impl OpsArgs {
 pub struct Ops {
     gate: Gate,
     elector: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
+    /// The endpoints' socket, bound at start; served once the controller's
+    /// caches exist ([`crate::http::serve`]).
+    listener: Option<tokio::net::TcpListener>,
 }
 
 /// SIGTERM → exit within 5 s: the release gets what is left after the
@@ -90,18 +93,29 @@ const RELEASE_WITHIN: Duration = Duration::from_secs(3);
 impl Ops {
     /// Binds the endpoints (the one refusal: the address) and starts the
     /// elector.
-    pub async fn start(client: &Client, a: &OpsArgs) -> Result<Ops, String> {
-        if let Some(addr) = a.http_listen {
-            let bound = crate::http::serve(addr)
-                .await
-                .map_err(|e| format!("--http-listen {addr}: {e}"))?;
-            tracing::info!("endpoints listening on http://{bound}");
-        }
+    pub async fn start(
+        client: &Client,
+        a: &OpsArgs,
+        metrics: std::sync::Arc<crate::metrics::Metrics>,
+    ) -> Result<Ops, String> {
+        let listener = match a.http_listen {
+            Some(addr) => {
+                let l = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|e| format!("--http-listen {addr}: {e}"))?;
+                if let Ok(bound) = l.local_addr() {
+                    tracing::info!("endpoints listening on http://{bound}");
+                }
+                Some(l)
+            }
+            None => None,
+        };
         if !a.leader_elect {
-            crate::metrics::global().set_leader(true);
+            metrics.set_leader(true);
             return Ok(Ops {
                 gate: Gate::always(),
                 elector: None,
+                listener,
             });
         }
         let gate = Gate::closed();
@@ -118,6 +132,7 @@ impl Ops {
             &id,
             a.timing(),
             gate.clone(),
+            metrics,
         );
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
@@ -132,11 +147,17 @@ impl Ops {
         Ok(Ops {
             gate,
             elector: Some((tx, task)),
+            listener,
         })
     }
 
     pub fn gate(&self) -> Gate {
         self.gate.clone()
+    }
+
+    /// The bound endpoints' socket, once.
+    pub fn take_listener(&mut self) -> Option<tokio::net::TcpListener> {
+        self.listener.take()
     }
 
     /// Stops writing at once, then releases the Lease if held.

@@ -144,9 +144,44 @@ pub fn event_for(from: Option<Status>, to: Status) -> Option<(&'static str, &'st
     }
 }
 
+/// The Event a write records, knowing the condition it replaces: a gate
+/// newly found with `polarity: Negative` is a Warning of its own (the
+/// status alone, Unknown, would not say it), else [`event_for`].
+pub fn event_for_write(
+    old: Option<&Existing>,
+    v: &Verdict,
+) -> Option<(&'static str, &'static str)> {
+    use crate::condition::GATE_POLARITY_NEGATIVE;
+    if v.reason == GATE_POLARITY_NEGATIVE {
+        return (old.map(|o| o.reason.as_str()) != Some(GATE_POLARITY_NEGATIVE))
+            .then_some(("Warning", GATE_POLARITY_NEGATIVE));
+    }
+    event_for(old.and_then(|o| o.status), v.status)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_negative_gate_is_one_warning() {
+        let neg = crate::condition::negative_gate(TY);
+        assert_eq!(
+            event_for_write(None, &neg),
+            Some(("Warning", "GatePolarityNegative"))
+        );
+        let was_true = existing(&[ours("True", "R", "m", 1)], TY);
+        assert_eq!(
+            event_for_write(was_true.as_ref(), &neg),
+            Some(("Warning", "GatePolarityNegative"))
+        );
+        let already = existing(&[ours("Unknown", "GatePolarityNegative", "m", 1)], TY);
+        assert_eq!(event_for_write(already.as_ref(), &neg), None);
+        assert_eq!(
+            event_for_write(already.as_ref(), &v(Status::True, "R", "m")),
+            Some(("Normal", "SandboxReady"))
+        );
+    }
 
     const TY: &str = "sandbox-readiness.io/SandboxReady";
     const NOW: &str = "2026-12-01T22:00:00Z";

@@ -12,7 +12,7 @@
 use std::{
     future::Future,
     pin::Pin,
-    sync::{Arc, Mutex, OnceLock},
+    sync::{Arc, Mutex},
     task::{Context, Poll},
     time::{Duration, Instant},
 };
@@ -35,29 +35,18 @@ impl Default for Limits {
     }
 }
 
-static LIMITS: OnceLock<Limits> = OnceLock::new();
-
-/// Sets the process's limits once, at start (later calls are ignored).
-pub fn set_limits(l: Limits) {
-    let _ = LIMITS.set(l);
-}
-
-fn limits() -> Limits {
-    LIMITS.get().copied().unwrap_or_default()
-}
-
 /// This controller's `User-Agent`: kube-rs sends none, and an API server's
 /// audit log and its API priority and fairness can then tell these
 /// requests from every other client's only by credentials.
 const USER_AGENT: &str = concat!("sandbox-readiness-controller/", env!("CARGO_PKG_VERSION"));
 
-/// A kube client for `config` behind its own token bucket, naming itself.
-pub fn client(mut config: Config) -> Result<Client, kube::Error> {
+/// A kube client for `config` behind its own token bucket of `l`, naming
+/// itself.
+pub fn client(mut config: Config, l: Limits) -> Result<Client, kube::Error> {
     config.headers.push((
         hyper::header::USER_AGENT,
         hyper::header::HeaderValue::from_static(USER_AGENT),
     ));
-    let l = limits();
     Ok(ClientBuilder::try_from(config)?
         .with_layer(&QpsLayer::new(l))
         .build())

@@ -1,0 +1,212 @@
+//! What every reconcile is given ([`Context`]): the management client and
+//! the Event recorder, the settings, the metrics, the leader gate, the
+//! caches of Machines, MachineDeployments and Clusters, the desired-state
+//! cache and one connection per workload cluster. No globals: the binary
+//! builds one Context, the tests and benches as many as they like.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{Arc, Mutex},
+    time::{Duration, SystemTime},
+};
+
+use kube::{
+    api::{ApiResource, DynamicObject},
+    runtime::{events::Recorder, reflector::Store},
+    Client, ResourceExt,
+};
+use serde_json::Value;
+
+use crate::{
+    desired::Desired,
+    kubeconfig,
+    leader::Gate,
+    machine,
+    metrics::{Gauges, Metrics},
+    qps,
+    workload::{Reporting, Workload},
+};
+
+/// What the controller is told at start.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub condition_type: String,
+    pub stale_after: Duration,
+    /// How often each workload kubeconfig Secret is re-read.
+    pub secret_resync: Duration,
+    /// Reporting instance of the Events (the pod's name in a cluster).
+    pub instance: Option<String>,
+    /// What the operator allows of workload kubeconfigs' transport.
+    pub transport: kubeconfig::Transport,
+    /// Each API server's client-side request limit.
+    pub limits: qps::Limits,
+}
+
+/// The namespace/name of an object.
+pub type Key = (String, String);
+
+pub fn key(o: &DynamicObject) -> Key {
+    (o.namespace().unwrap_or_default(), o.name_any())
+}
+
+pub struct Context {
+    pub mgmt: Client,
+    pub recorder: Recorder,
+    pub settings: Settings,
+    pub metrics: Arc<Metrics>,
+    pub gate: Gate,
+    pub machine_ar: ApiResource,
+    pub machines: Store<DynamicObject>,
+    pub deployments: Store<DynamicObject>,
+    pub clusters: Store<DynamicObject>,
+    pub desired: Desired,
+    pub reporting: Reporting,
+    /// When this controller started (an unread workload is unread since).
+    pub started: SystemTime,
+    workloads: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<Workload>>>>,
+    /// Machine → (resourceVersion the write replaced, the object it
+    /// returned): until the watch delivers the write, the cache's copy is
+    /// older than what the controller knows and must not be planned on.
+    written: Mutex<HashMap<Key, (String, DynamicObject)>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub struct Caches {
+    pub machine_ar: ApiResource,
+    pub machines: Store<DynamicObject>,
+    pub deployments: Store<DynamicObject>,
+    pub clusters: Store<DynamicObject>,
+}
+
+impl Context {
+    pub fn new(
+        mgmt: Client,
+        recorder: Recorder,
+        settings: Settings,
+        metrics: Arc<Metrics>,
+        gate: Gate,
+        caches: Caches,
+        reporting: Reporting,
+    ) -> Context {
+        Context {
+            mgmt,
+            recorder,
+            settings,
+            metrics,
+            gate,
+            machine_ar: caches.machine_ar,
+            machines: caches.machines,
+            deployments: caches.deployments,
+            clusters: caches.clusters,
+            desired: Desired::default(),
+            reporting,
+            started: SystemTime::now(),
+            workloads: Mutex::new(HashMap::new()),
+            written: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The connection to workload cluster `namespace/cluster`, made on
+    /// first use.
+    pub fn workload(&self, namespace: &str, cluster: &str) -> Arc<tokio::sync::Mutex<Workload>> {
+        lock(&self.workloads)
+            .entry((namespace.to_string(), cluster.to_string()))
+            .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(Workload::new(namespace, cluster))))
+            .clone()
+    }
+
+    /// Drops the connection of a deleted Cluster.
+    pub fn forget_cluster(&self, k: &Key) {
+        if lock(&self.workloads).remove(k).is_some() {
+            tracing::info!(cluster = %format!("{}/{}", k.0, k.1), "Cluster deleted; its workload client is dropped");
+        }
+    }
+
+    /// The Machine to plan on: the one the last write returned while the
+    /// cache still has the version that write replaced.
+    pub fn current(&self, k: &Key, cached: &DynamicObject) -> DynamicObject {
+        let mut w = lock(&self.written);
+        match w.get(k) {
+            Some((before, after)) if cached.resource_version().as_deref() == Some(before.as_str()) => {
+                after.clone()
+            }
+            Some(_) => {
+                w.remove(k);
+                cached.clone()
+            }
+            None => cached.clone(),
+        }
+    }
+
+    pub fn wrote(&self, k: Key, replaced_rv: String, after: DynamicObject) {
+        lock(&self.written).insert(k, (replaced_rv, after));
+    }
+
+    /// Forgets written copies of Machines no longer cached (deleted).
+    pub fn prune(&self) {
+        let present: HashSet<Key> = self.machines.state().iter().map(|m| key(m)).collect();
+        lock(&self.written).retain(|k, _| present.contains(k));
+    }
+
+    /// Whether Machine deployment `namespace/name` asks to be mirrored.
+    pub fn deployment_mirrored(&self, namespace: &str, name: &str) -> bool {
+        self.deployments.state().iter().any(|d| {
+            d.namespace().as_deref() == Some(namespace)
+                && d.name_any() == name
+                && machine::mirrored(&serde_json::to_value(d.as_ref()).unwrap_or(Value::Null))
+        })
+    }
+
+    /// The Cluster `namespace/name` as cached.
+    pub fn cluster(&self, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
+        self.clusters
+            .state()
+            .into_iter()
+            .find(|c| c.namespace().as_deref() == Some(namespace) && c.name_any() == name)
+    }
+
+    /// The gauges of the moment, from the Machine cache.
+    pub fn gauges(&self) -> Gauges {
+        let ty = &self.settings.condition_type;
+        let mirrored: HashSet<Key> = self
+            .deployments
+            .state()
+            .iter()
+            .filter(|d| machine::mirrored(&serde_json::to_value(d.as_ref()).unwrap_or(Value::Null)))
+            .map(|d| key(d))
+            .collect();
+        let paused_clusters: HashSet<Key> = self
+            .clusters
+            .state()
+            .iter()
+            .filter(|c| machine::cluster_paused(&serde_json::to_value(c.as_ref()).unwrap_or(Value::Null)))
+            .map(|c| key(c))
+            .collect();
+        let mut g = Gauges::default();
+        for s in ["True", "False", "Unknown"] {
+            g.conditions.insert(s.to_string(), 0);
+        }
+        for m in self.machines.state() {
+            let ns = m.namespace().unwrap_or_default();
+            let whole = serde_json::to_value(m.as_ref()).unwrap_or(Value::Null);
+            let v = machine::view(&whole, ty);
+            if !machine::selected(&v, |d| mirrored.contains(&(ns.clone(), d.to_string()))) {
+                continue;
+            }
+            let cluster = v.cluster.unwrap_or("");
+            *g.machines.entry(format!("{ns}/{cluster}")).or_default() += 1;
+            let s = crate::metrics::status_of(&whole, ty).unwrap_or_else(|| "none".into());
+            *g.conditions.entry(s).or_default() += 1;
+            if v.gate == machine::Gate::Negative {
+                g.negative_gates += 1;
+            }
+            if v.paused || paused_clusters.contains(&(ns, cluster.to_string())) {
+                g.paused += 1;
+            }
+        }
+        g
+    }
+}

@@ -1,0 +1,289 @@
+//! The reconciler: one Machine at a time, as kube-runtime's `Controller`
+//! calls it. Reads only caches (and, when due, the workload kubeconfig
+//! Secret or a TalosConfig without a template), decides the Machine's
+//! condition with the pure [`condition`] rules, writes it only if it
+//! changed ([`patch::plan`]), and asks to be called again exactly when the
+//! clock alone would change the answer ([`condition::recheck_in`]).
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant, SystemTime},
+};
+
+use kube::{
+    api::{DynamicObject, Patch, PatchParams},
+    runtime::{
+        controller::Action,
+        events::{Event, EventType},
+    },
+    Api, Resource, ResourceExt,
+};
+use serde_json::Value;
+
+use crate::{
+    condition::{self, Decision, NodeSeen, Status, Verdict},
+    context::{key, Context, Key},
+    error::Error,
+    machine::{self, MachineView},
+    patch,
+    workload::Lookup,
+};
+
+/// The field manager of every write (the API server's managedFields and
+/// audit log name it).
+pub const FIELD_MANAGER: &str = "sandbox-readiness-controller";
+
+/// How many 409s in a row one reconcile survives before it is retried.
+const MAX_CONFLICTS: usize = 5;
+
+/// A failed reconcile is tried again after this.
+const RETRY: Duration = Duration::from_secs(5);
+
+/// Every single request waits at most this long: a hung API server must not
+/// hold a reconcile for kube's 295 s read timeout (sized for watches).
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `f` with [`CALL_TIMEOUT`]; a timeout reads as a service error.
+pub async fn timed<T>(
+    f: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, kube::Error> {
+    match tokio::time::timeout(CALL_TIMEOUT, f).await {
+        Ok(r) => r,
+        Err(_) => Err(kube::Error::Service("no answer within 10 s".into())),
+    }
+}
+
+fn conditions(whole: &Value) -> Vec<Value> {
+    whole
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+pub async fn reconcile(m: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let r = reconcile_machine(&m, &ctx).await;
+    ctx.metrics.reconciled(started.elapsed(), r.is_ok());
+    r
+}
+
+pub fn error_policy(m: Arc<DynamicObject>, e: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(machine = %format!("{}/{}", m.namespace().unwrap_or_default(), m.name_any()), error = %e, "retrying");
+    Action::requeue(RETRY)
+}
+
+async fn reconcile_machine(cached: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
+    // The caches must have listed once: a Machine judged against a Cluster
+    // cache not yet filled would get a spurious Unknown.
+    if !ctx.metrics.synced() {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    let ty = &ctx.settings.condition_type;
+    let k = key(cached);
+    let current = ctx.current(&k, cached);
+    let whole = serde_json::to_value(&current).unwrap_or(Value::Null);
+    let v = machine::view(&whole, ty);
+    if !machine::selected(&v, |d| ctx.deployment_mirrored(&k.0, d)) {
+        return Ok(Action::await_change());
+    }
+    if current.metadata.deletion_timestamp.is_some() {
+        // A Machine going away is Cluster API's; nothing to hold.
+        return Ok(Action::await_change());
+    }
+    // Paused as Cluster API pauses: the Machine's annotation or its
+    // Cluster's. Unpausing is a change of the Machine or the Cluster, which
+    // calls this again.
+    let cluster = v.cluster.and_then(|c| ctx.cluster(&k.0, c));
+    let cluster_paused = cluster.as_ref().is_some_and(|c| {
+        machine::cluster_paused(&serde_json::to_value(c.as_ref()).unwrap_or(Value::Null))
+    });
+    if v.paused || cluster_paused {
+        tracing::debug!(machine = %format!("{}/{}", k.0, k.1), "paused; left alone");
+        return Ok(Action::await_change());
+    }
+    let conds = conditions(&whole);
+    let old = patch::existing(&conds, ty);
+    if v.gate == machine::Gate::Negative {
+        write(ctx, &k, current, &condition::negative_gate(ty)).await?;
+        return Ok(Action::await_change());
+    }
+    let seen = seen(ctx, &k.0, &v, cluster.is_some()).await;
+    let now = SystemTime::now();
+    let stale_after = ctx.settings.stale_after;
+    match condition::decide(&seen, old.is_some(), now, stale_after) {
+        Decision::Keep => {}
+        Decision::Write(verdict) => write(ctx, &k, current, &verdict).await?,
+    }
+    // A second past the moment, so the clock has surely passed it.
+    Ok(
+        match condition::recheck_in(&seen, old.is_some(), now, stale_after) {
+            Some(d) => Action::requeue(d + Duration::from_secs(1)),
+            None => Action::await_change(),
+        },
+    )
+}
+
+/// What the controller sees of the Machine's Node.
+async fn seen(ctx: &Context, ns: &str, v: &MachineView<'_>, cluster_exists: bool) -> NodeSeen {
+    let Some(node_name) = v.node else {
+        return NodeSeen::NoNodeRef;
+    };
+    let Some(cluster) = v.cluster else {
+        return NodeSeen::NotRead {
+            since: ctx.started,
+            why: "the Machine names no cluster (spec.clusterName)".into(),
+            pending: false,
+        };
+    };
+    if !cluster_exists {
+        return NodeSeen::NotRead {
+            since: ctx.started,
+            why: format!("Cluster {ns}/{cluster} does not exist"),
+            pending: false,
+        };
+    }
+    let w = ctx.workload(ns, cluster);
+    let lookup = {
+        let mut w = w.lock().await;
+        w.maintain(&ctx.mgmt, ctx.settings.secret_resync, &ctx.reporting)
+            .await;
+        w.lookup(node_name)
+    };
+    let n = match lookup {
+        Lookup::NotRead {
+            since,
+            why,
+            pending,
+        } => {
+            return NodeSeen::NotRead {
+                since,
+                why,
+                pending,
+            }
+        }
+        Lookup::Refused(why) => return NodeSeen::Refused { why },
+        Lookup::NoNode => {
+            return NodeSeen::NoNode {
+                node: node_name.into(),
+            }
+        }
+        Lookup::Node(n) => n,
+    };
+    let reading = crate::workload::reading(&n, &ctx.settings.condition_type);
+    // The pool is read only when it matters: the Node says True.
+    let says_true = reading
+        .condition
+        .as_ref()
+        .is_some_and(|c| c.status == Status::True);
+    let pool = if says_true {
+        ctx.desired
+            .pool(&ctx.mgmt, ns, v.config_ref.as_ref())
+            .await
+    } else {
+        condition::Pool::Own
+    };
+    NodeSeen::Node {
+        node: node_name.into(),
+        reading,
+        pool,
+    }
+}
+
+/// Writes `verdict` onto the Machine unless it already says it; re-reads
+/// and plans again on 409, so a concurrent write by Cluster API is never
+/// overwritten (the merge patch carries the resourceVersion it was planned
+/// on).
+async fn write(
+    ctx: &Context,
+    k: &Key,
+    mut current: DynamicObject,
+    verdict: &Verdict,
+) -> Result<(), Error> {
+    let ty = &ctx.settings.condition_type;
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.mgmt.clone(), &k.0, &ctx.machine_ar);
+    let name = format!("{}/{}", k.0, k.1);
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    for _ in 0..MAX_CONFLICTS {
+        let whole = serde_json::to_value(&current).unwrap_or(Value::Null);
+        let conds = conditions(&whole);
+        let old = patch::existing(&conds, ty);
+        let now = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
+        let Some(plan) = patch::plan(&conds, ty, verdict, current.metadata.generation, &now) else {
+            return Ok(());
+        };
+        let Some(rv) = current.resource_version() else {
+            tracing::warn!(machine = %name, "the Machine has no resourceVersion; not written");
+            return Ok(());
+        };
+        // Leader election: asked right before each write, so a leader that
+        // lost its Lease stops at once. A standby decides but never writes;
+        // it looks at every Machine again when it becomes the leader.
+        if !ctx.gate.may_write() {
+            return Ok(());
+        }
+        let body = patch::body(&rv, &plan.conditions);
+        match timed(api.patch_status(&k.1, &params, &Patch::Merge(&body))).await {
+            Ok(mut after) => {
+                machine::slim(&mut after);
+                ctx.metrics.write_ok();
+                tracing::info!(
+                    machine = %name,
+                    status = verdict.status.as_str(),
+                    reason = %verdict.reason,
+                    "condition written"
+                );
+                if let Some((t, reason)) = patch::event_for_write(old.as_ref(), verdict) {
+                    event(ctx, &after, t, reason, &verdict.message).await;
+                }
+                ctx.wrote(k.clone(), rv, after);
+                return Ok(());
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                ctx.metrics.conflict();
+                tracing::debug!(machine = %name, "409: the Machine changed since it was read; reading it again");
+                current = timed(api.get_status(&k.1))
+                    .await
+                    .map_err(|source| Error::Reread {
+                        machine: name.clone(),
+                        source,
+                    })?;
+                machine::slim(&mut current);
+            }
+            // Deleted meanwhile: nothing to write.
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(source) => {
+                ctx.metrics.write_failed();
+                return Err(Error::Write {
+                    machine: name,
+                    source,
+                });
+            }
+        }
+    }
+    Err(Error::Conflicts(name, MAX_CONFLICTS))
+}
+
+async fn event(ctx: &Context, m: &DynamicObject, ty: &str, reason: &str, note: &str) {
+    let ev = Event {
+        type_: if ty == "Normal" {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        },
+        reason: reason.into(),
+        note: Some(condition::bound(note.to_string())),
+        action: "MirrorNodeCondition".into(),
+        secondary: None,
+    };
+    let r = m.object_ref(&ctx.machine_ar);
+    match timed(ctx.recorder.publish(&ev, &r)).await {
+        Ok(()) => ctx.metrics.event(),
+        Err(e) => {
+            tracing::warn!(machine = %m.name_any(), error = %e, "recording an Event failed")
+        }
+    }
+}
