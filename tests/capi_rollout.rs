@@ -716,9 +716,10 @@ fn wait_gate(pool: &Pool, name: &str, status: &str, reason: Option<&str>, within
 /// kubeconfig that skips TLS verification is refused with a reason of its
 /// own, and accepted again once fixed; a gate with `polarity: Negative` is
 /// reported as a misconfiguration (Unknown, a Warning Event, a metric),
-/// never by inverting the condition.
+/// never by inverting the condition; a tenant's Nodes at the 256 KiB
+/// annotation limit keep the controller within its memory limit.
 #[test]
-fn paused_machines_insecure_kubeconfigs_and_negative_gates() {
+fn paused_machines_insecure_kubeconfigs_negative_gates_and_big_nodes() {
     let mut pool = Pool::start(true);
     let machines: Vec<String> = pool
         .wait_ready(2, Duration::from_secs(240))
@@ -767,8 +768,9 @@ fn paused_machines_insecure_kubeconfigs_and_negative_gates() {
         .collect::<Vec<_>>()
         .join("\n");
     assert!(insecure.contains("insecure-skip-tls-verify: true"), "{insecure}");
+    let mgmt = pool.mgmt.clone();
     let set_secret = |value: &str| {
-        pool.mgmt.write(
+        mgmt.write(
             "PATCH",
             &secret_path,
             "application/merge-patch+json",
@@ -841,7 +843,7 @@ fn paused_machines_insecure_kubeconfigs_and_negative_gates() {
     // 4. A Negative gate: reported, never inverted.
     let md_path = format!("{CAPI}/namespaces/{ns}/machinedeployments/workers");
     let set_polarity = |p: &str| {
-        pool.mgmt.write(
+        mgmt.write(
             "PATCH",
             &md_path,
             "application/merge-patch+json",
@@ -882,6 +884,43 @@ fn paused_machines_insecure_kubeconfigs_and_negative_gates() {
     for m in &machines {
         wait_gate(&pool, m, "True", None, Duration::from_secs(60));
     }
+    // 5. A tenant's Nodes at the real server's 256 KiB annotation limit:
+    // listed in pages and cut before they are cached, they keep the
+    // controller within the 64 MiB its Deployment gets.
+    let big = "x".repeat(250 * 1024);
+    for i in 0..120 {
+        pool.workload.write(
+            "POST",
+            "/api/v1/nodes",
+            "application/json",
+            &json!({"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": format!("tenant-big-{i}"),
+                "annotations": {"sandbox-readiness.io/desired": big}}}),
+        );
+    }
+    // From a cold start, so the whole list is taken at once.
+    pool.stop_controller();
+    pool.start_controller_with(&["--http-listen", &format!("127.0.0.1:{metrics_port}")]);
+    let pid = pool.controller.as_ref().unwrap().0.id();
+    let listed = Instant::now();
+    while !http_get(metrics_port, "/metrics").contains("sandbox_readiness_controller_reconciles_total")
+        || machines.iter().any(|m| !pool.gate_is(m, "True"))
+    {
+        assert!(listed.elapsed() < Duration::from_secs(60), "{}", pool.diagnose());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let hwm_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    eprintln!(
+        "controller peak RSS with 120 Nodes of 250 KiB annotations: {} KiB",
+        hwm_kib
+    );
+    assert!(hwm_kib < 64 * 1024, "peak RSS {hwm_kib} KiB over 64 MiB");
 }
 
 /// A plain HTTP/1.1 GET on loopback: the body.

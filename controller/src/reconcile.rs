@@ -2,8 +2,9 @@
 //! calls it. Reads only caches (and, when due, the workload kubeconfig
 //! Secret or a TalosConfig without a template), decides the Machine's
 //! condition with the pure [`condition`] rules, writes it only if it
-//! changed ([`patch::plan`]), and asks to be called again exactly when the
-//! clock alone would change the answer ([`condition::recheck_in`]).
+//! changed ([`patch::plan`]), and asks to be called again when the clock
+//! alone would change the answer ([`condition::recheck_in`]), or after
+//! `--secret-resync` at the latest (the workload kubeconfig is re-read).
 
 use std::{
     sync::Arc,
@@ -115,13 +116,17 @@ async fn reconcile_machine(cached: &DynamicObject, ctx: &Context) -> Result<Acti
         Decision::Keep => {}
         Decision::Write(verdict) => write(ctx, &k, current, &verdict).await?,
     }
-    // A second past the moment, so the clock has surely passed it.
-    Ok(
+    // A second past the moment, so the clock has surely passed it; and at
+    // least every --secret-resync, so a rotated or edited workload
+    // kubeconfig Secret (which the controller may only `get`, never watch)
+    // is read again though nothing else changes.
+    let resync = ctx.settings.secret_resync;
+    Ok(Action::requeue(
         match condition::recheck_in(&seen, old.is_some(), now, stale_after) {
-            Some(d) => Action::requeue(d + Duration::from_secs(1)),
-            None => Action::await_change(),
+            Some(d) => (d + Duration::from_secs(1)).min(resync),
+            None => resync,
         },
-    )
+    ))
 }
 
 /// What the controller sees of the Machine's Node.

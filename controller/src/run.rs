@@ -199,10 +199,7 @@ pub async fn run(
     {
         let (m, d, c, metrics) = (machines.clone(), deployments.clone(), clusters.clone(), metrics.clone());
         tokio::spawn(async move {
-            let ready = m.wait_until_ready().await.is_ok()
-                && d.wait_until_ready().await.is_ok()
-                && c.wait_until_ready().await.is_ok();
-            if ready {
+            if listed(&m).await && listed(&d).await && listed(&c).await {
                 tracing::info!(machines = m.len(), clusters = c.len(), "management cluster read");
                 metrics.set_synced();
             }
@@ -289,6 +286,18 @@ pub async fn run(
         })
         .await;
     Err(Error::WatchEnded("Machine"))
+}
+
+/// Whether `store` completed its first list (false: its writer is gone).
+/// Polled again every 100 ms: kube-runtime's readiness signal wakes only
+/// the last of several waiters, and the controller's own runner waits on
+/// the Machines' store too.
+async fn listed(store: &Store<DynamicObject>) -> bool {
+    loop {
+        if let Ok(r) = tokio::time::timeout(Duration::from_millis(100), store.wait_until_ready()).await {
+            return r.is_ok();
+        }
+    }
 }
 
 /// A tick every `period`, the first after one period.
