@@ -903,13 +903,19 @@ fn paused_machines_insecure_kubeconfigs_negative_gates_and_big_nodes() {
     pool.start_controller_with(&["--http-listen", &format!("127.0.0.1:{metrics_port}")]);
     let pid = pool.controller.as_ref().unwrap().0.id();
     let listed = Instant::now();
-    while !http_get(metrics_port, "/metrics").contains("sandbox_readiness_controller_reconciles_total")
-        || machines.iter().any(|m| !pool.gate_is(m, "True"))
-    {
+    // Both Machines reconciled (each lists the workload's Nodes first).
+    let reconciled = || {
+        try_http_get(metrics_port, "/metrics")
+            .lines()
+            .find_map(|l| l.strip_prefix("sandbox_readiness_controller_reconciles_total "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .is_some_and(|n| n >= 2.0)
+    };
+    while !reconciled() || machines.iter().any(|m| !pool.gate_is(m, "True")) {
         assert!(listed.elapsed() < Duration::from_secs(60), "{}", pool.diagnose());
         std::thread::sleep(Duration::from_millis(250));
     }
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(5));
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let hwm_kib: u64 = status
         .lines()
@@ -931,6 +937,14 @@ fn http_get(port: u16, path: &str) -> String {
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or(out)
+}
+
+/// [`http_get`], or nothing while the port is not yet listening.
+fn try_http_get(port: u16, path: &str) -> String {
+    match std::net::TcpStream::connect(("127.0.0.1", port)) {
+        Ok(_) => http_get(port, path),
+        Err(_) => String::new(),
+    }
 }
 
 /// `(ready, deleting, node)` of a sampled Machine; a missing one is

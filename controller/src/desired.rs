@@ -177,7 +177,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 async fn served_version(mgmt: &Client) -> Result<String, String> {
     let crds: Api<CustomResourceDefinition> = Api::all(mgmt.clone());
     let name = format!("talosconfigs.{GROUP}");
-    match crate::reconcile::timed(crds.get_opt(&name)).await {
+    match crate::qps::timed(crds.get_opt(&name)).await {
         Ok(Some(crd)) => contract_version(crd.labels()).ok_or_else(|| {
             format!("CRD {name} carries no cluster.x-k8s.io contract label")
         }),
@@ -305,7 +305,7 @@ impl Desired {
             }
         }
         let api: Api<DynamicObject> = Api::namespaced_with(mgmt.clone(), namespace, &w.config_ar);
-        let pool = match crate::reconcile::timed(api.get_opt(name)).await {
+        let pool = match crate::qps::timed(api.get_opt(name)).await {
             Ok(Some(o)) => {
                 let whole = serde_json::to_value(&o).unwrap_or(Value::Null);
                 match reduce(&whole, &format!("{CONFIG_KIND} {namespace}/{name}")) {

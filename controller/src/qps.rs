@@ -7,7 +7,8 @@
 //! recorder has a client and so a bucket of its own (`run::run_gated`).
 //!
 //! One bucket per [`client`] built: the management cluster's and each
-//! workload cluster's API server have their own.
+//! workload cluster's API server have their own. And one deadline per
+//! call ([`timed`]).
 
 use std::{
     future::Future,
@@ -50,6 +51,20 @@ pub fn client(mut config: Config, l: Limits) -> Result<Client, kube::Error> {
     Ok(ClientBuilder::try_from(config)?
         .with_layer(&QpsLayer::new(l))
         .build())
+}
+
+/// Every single request waits at most this long: a hung API server must not
+/// hold a reconcile for kube's 295 s read timeout (sized for watches).
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `f` with [`CALL_TIMEOUT`]; a timeout reads as a service error.
+pub async fn timed<T>(
+    f: impl Future<Output = Result<T, kube::Error>>,
+) -> Result<T, kube::Error> {
+    match tokio::time::timeout(CALL_TIMEOUT, f).await {
+        Ok(r) => r,
+        Err(_) => Err(kube::Error::Service("no answer within 10 s".into())),
+    }
 }
 
 /// The token bucket. Pure over the instants it is given.

@@ -27,6 +27,7 @@ use crate::{
     error::Error,
     machine::{self, MachineView},
     patch,
+    qps::timed,
     workload::Lookup,
 };
 
@@ -39,20 +40,6 @@ const MAX_CONFLICTS: usize = 5;
 
 /// A failed reconcile is tried again after this.
 const RETRY: Duration = Duration::from_secs(5);
-
-/// Every single request waits at most this long: a hung API server must not
-/// hold a reconcile for kube's 295 s read timeout (sized for watches).
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// `f` with [`CALL_TIMEOUT`]; a timeout reads as a service error.
-pub async fn timed<T>(
-    f: impl std::future::Future<Output = Result<T, kube::Error>>,
-) -> Result<T, kube::Error> {
-    match tokio::time::timeout(CALL_TIMEOUT, f).await {
-        Ok(r) => r,
-        Err(_) => Err(kube::Error::Service("no answer within 10 s".into())),
-    }
-}
 
 fn conditions(whole: &Value) -> Vec<Value> {
     whole

@@ -276,7 +276,7 @@ impl Workload {
         let name = self.secret_name();
         let full = format!("{}/{}", self.namespace, name);
         let secrets: Api<Secret> = Api::namespaced(mgmt.clone(), &self.namespace);
-        let secret = match crate::reconcile::timed(secrets.get_opt(&name)).await {
+        let secret = match crate::qps::timed(secrets.get_opt(&name)).await {
             Ok(Some(s)) => s,
             Ok(None) => {
                 self.drop_conn(format!("Secret {full} does not exist"), false, rep);
