@@ -11,6 +11,7 @@ pub mod faults;
 pub mod identity;
 pub mod kubeconfig;
 pub mod patch;
+pub mod proxy;
 pub mod resources;
 pub mod routes;
 pub mod schema;

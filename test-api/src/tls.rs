@@ -30,14 +30,8 @@ fn gen_err(what: &'static str) -> impl Fn(rcgen::Error) -> TlsError {
     move |e| TlsError::Generate(format!("{what}: {e}"))
 }
 
-/// A client certificate issued by the test CA.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientCert {
-    pub cert_pem: String,
-    pub key_pem: String,
-    /// Pass to `TestApiServer::revoke` to make the server refuse it.
-    pub serial: u64,
-}
+/// A client certificate (the same type as the fault proxy's).
+pub use crate::proxy::ClientCert;
 
 pub struct Ca {
     issuer: Issuer<'static, KeyPair>,
