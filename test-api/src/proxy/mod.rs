@@ -47,8 +47,8 @@ use tokio::task::JoinHandle;
 use crate::kubeconfig;
 pub use faults::{status_body, Faults, Scripted};
 use faults::{FaultState, RewriteFn};
-pub use tls::{ClientCert, TlsError};
 use tls::{ClientCa, Peer, Serving};
+pub use tls::{ClientCert, TlsError};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Body = UnsyncBoxBody<Bytes, BoxError>;
@@ -86,7 +86,10 @@ pub struct RequestRecord {
 /// hash, so the log does not hold the token.
 pub fn token_credential(token: &str) -> String {
     let sum = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
-    let hex: String = sum.as_ref()[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let hex: String = sum.as_ref()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     format!("token:{hex}")
 }
 
@@ -261,10 +264,7 @@ impl AsyncWrite for Resettable {
         Pin::new(&mut self.inner).poll_flush(cx)
     }
 
-    fn poll_shutdown(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
@@ -388,7 +388,11 @@ fn scripted_response(s: &Scripted) -> Response<Body> {
 }
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let h = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?.trim();
+    let h = headers
+        .get(http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .trim();
     let (scheme, token) = h.split_once(' ')?;
     scheme
         .eq_ignore_ascii_case("bearer")

@@ -131,7 +131,8 @@ impl Serving {
     /// Client certificates requested but optional (a bearer-token client
     /// sends none), verified against the cluster's client CA when sent.
     pub(crate) fn server_config(&self, client_ca_pem: &str) -> Result<Arc<ServerConfig>, TlsError> {
-        let certs = vec![CertificateDer::from_pem_slice(self.cert_pem.as_bytes()).map_err(cfg_err)?];
+        let certs =
+            vec![CertificateDer::from_pem_slice(self.cert_pem.as_bytes()).map_err(cfg_err)?];
         let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes()).map_err(cfg_err)?;
         let mut roots = RootCertStore::empty();
         for ca in CertificateDer::pem_slice_iter(client_ca_pem.as_bytes()) {
@@ -212,14 +213,13 @@ pub(crate) fn upstream_config(dir: &Path) -> Result<Arc<ClientConfig>, TlsError>
             .map_err(cfg_err)?;
     let key = PrivateKeyDer::from_pem_slice(read(&pki.join("front-proxy-client.key"))?.as_bytes())
         .map_err(cfg_err)?;
-    let mut cfg = ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(cfg_err)?
-    .with_root_certificates(roots)
-    .with_client_auth_cert(chain, key)
-    .map_err(cfg_err)?;
+    let mut cfg =
+        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(cfg_err)?
+            .with_root_certificates(roots)
+            .with_client_auth_cert(chain, key)
+            .map_err(cfg_err)?;
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(cfg))
 }
