@@ -300,3 +300,66 @@ impl Faults {
         guard(&self.state.rewrites).clear();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scripts_are_consumed_in_order_per_method_and_prefix() {
+        let state = FaultState::default();
+        let mut scripts = guard(&state.scripts);
+        scripts.push(Script {
+            on: Matcher {
+                method: "PATCH".into(),
+                path_prefix: "/api/v1/nodes/a".into(),
+            },
+            answers: vec![Scripted::status(503), Scripted::too_many_requests(2)].into(),
+        });
+        drop(scripts);
+        assert_eq!(state.take_script("GET", "/api/v1/nodes/a"), None);
+        assert_eq!(state.take_script("patch", "/api/v1/nodes/b/status"), None);
+        let first = state.take_script("patch", "/api/v1/nodes/a/status");
+        assert_eq!(first.map(|s| s.status), Some(503));
+        let second = state
+            .take_script("PATCH", "/api/v1/nodes/a")
+            .expect("the 429");
+        assert_eq!(second.status, 429);
+        assert!(second
+            .headers
+            .iter()
+            .any(|(k, v)| k == "Retry-After" && v == "2"));
+        assert_eq!(state.take_script("PATCH", "/api/v1/nodes/a"), None);
+    }
+
+    #[test]
+    fn status_bodies_are_kube_apiserver_statuses() {
+        let s = Scripted::status(409);
+        let v: Value = serde_json::from_slice(&s.body).expect("JSON");
+        assert_eq!(
+            (v["kind"].as_str(), v["reason"].as_str(), v["code"].as_u64()),
+            (Some("Status"), Some("Conflict"), Some(409))
+        );
+        let gone: Value = serde_json::from_slice(&Scripted::watch_gone().body).expect("JSON");
+        assert_eq!(gone["type"], "ERROR");
+        assert_eq!(gone["object"]["reason"], "Expired");
+        assert!(Scripted::reset().reset);
+    }
+
+    #[test]
+    fn rewrites_run_the_given_number_of_times() {
+        let state = FaultState::default();
+        guard(&state.rewrites).push(Rewrite {
+            on: Matcher {
+                method: "GET".into(),
+                path_prefix: "/api/v1/nodes".into(),
+            },
+            left: 2,
+            f: Arc::new(|v: &mut Value| v["x"] = json!(1)),
+        });
+        assert!(state.take_rewrite("GET", "/api/v1/nodes/a").is_some());
+        assert!(state.take_rewrite("PUT", "/api/v1/nodes/a").is_none());
+        assert!(state.take_rewrite("GET", "/api/v1/nodes").is_some());
+        assert!(state.take_rewrite("GET", "/api/v1/nodes").is_none());
+    }
+}

@@ -793,7 +793,10 @@ impl FaultProxy {
     /// openssl, say), given as PEM. False when it cannot be read.
     pub fn revoke_pem(&self, cert_pem: &str) -> bool {
         match tls::pem_serial(cert_pem) {
-            Some(s) => guard(&self.inner.revoked).insert(s) || true,
+            Some(s) => {
+                guard(&self.inner.revoked).insert(s);
+                true
+            }
             None => false,
         }
     }
