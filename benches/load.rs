@@ -62,9 +62,10 @@ enum Command {
     /// Time from the exec of `serve` to its first full report, or with
     /// --canary to the first report whose canary of that handler passed.
     Boot(BootArgs),
-    /// The Node writer (`serve --kubeconfig`) against the test API server,
-    /// run in this process: condition write latency over sysctl flips, exec
-    /// → first condition write, GetReport latency with the writer on vs off.
+    /// The Node writer (`serve --kubeconfig`) against a real kube-apiserver
+    /// this process starts (scripts/control-plane.sh): condition write
+    /// latency over sysctl flips, exec → first condition write, GetReport
+    /// latency with the writer on vs off.
     Node(NodeArgs),
 }
 
@@ -845,83 +846,89 @@ async fn boot(a: BootArgs) -> Result<(), BoxError> {
 const NODE: &str = "bench-node";
 const COND: &str = "sandbox-readiness.io/SandboxReady";
 
-/// The test API server with one Node registered as kubelet does, and
-/// kubelet's credential for it laid out as on Talos.
+/// A real kube-apiserver of the bench's own (tests/support/cluster.rs:
+/// etcd, kube-apiserver v1.36.3 with Node,RBAC and NodeRestriction) with
+/// one Node registered as kubelet does, and kubelet's credential for it
+/// laid out as on Talos. Its calls block (processes, a fresh HTTPS
+/// connection per read), so they run on the blocking pool: the bench's
+/// runtime has one thread.
 struct Api {
-    srv: test_api::TestApiServer,
+    cluster: std::sync::Arc<support::cluster::RealCluster>,
     _dir: tempfile::TempDir,
     kubeconfig: PathBuf,
 }
 
-fn boot_id() -> Result<String, BoxError> {
-    Ok(std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?
-        .trim()
-        .to_string())
-}
-
 impl Api {
     async fn start() -> Result<Api, BoxError> {
-        let srv = test_api::TestApiServer::builder().start().await?;
         let dir = tempfile::tempdir()?;
-        let cert = srv.try_client_cert(&format!("system:node:{NODE}"), &["system:nodes"])?;
-        let kubeconfig = srv.kubeconfig_kubelet_style(&dir.path().join("kubelet"), &cert)?;
-        let api = Api {
-            srv,
+        let kubelet = dir.path().join("kubelet");
+        let (cluster, kubeconfig) = tokio::task::spawn_blocking(move || {
+            let c = support::cluster::RealCluster::private();
+            c.node(NODE);
+            let (kc, _) = c.kubelet_credential(NODE, &kubelet);
+            (std::sync::Arc::new(c), kc)
+        })
+        .await?;
+        Ok(Api {
+            cluster,
             _dir: dir,
             kubeconfig,
-        };
-        api.register()?;
-        Ok(api)
+        })
     }
 
-    /// A fresh Node: `Ready`, this boot's bootID, no condition of ours.
-    fn register(&self) -> Result<(), BoxError> {
-        let _ = self.srv.delete("v1", "Node", "", NODE);
-        self.srv
-            .create(json!({
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}},
-                "spec": {},
-                "status": {
-                    "conditions": [{
-                        "type": "Ready", "status": "True", "reason": "KubeletReady",
-                        "message": "kubelet is posting ready status",
-                        "lastHeartbeatTime": "2026-12-01T00:00:00Z",
-                        "lastTransitionTime": "2026-12-01T00:00:00Z"
-                    }],
-                    "nodeInfo": {"kubeletVersion": "v1.32.4", "bootID": boot_id()?}
-                }
-            }))
-            .map_err(|e| format!("cannot register the Node: {e:?}"))?;
+    /// A fresh Node: deleted, then registered again as kubelet does
+    /// (`Ready`, this boot's bootID, no condition of ours).
+    async fn register(&self) -> Result<(), BoxError> {
+        let c = std::sync::Arc::clone(&self.cluster);
+        tokio::task::spawn_blocking(move || {
+            let (code, _, err) = c.kubectl(&["delete", "node", NODE, "--ignore-not-found"]);
+            if code != 0 {
+                return Err(format!("cannot delete the Node: {err}"));
+            }
+            c.node(NODE);
+            Ok(())
+        })
+        .await??;
         Ok(())
     }
 
     /// The condition's status on the Node now (what a GET returns).
-    fn status(&self) -> Option<String> {
-        let node = self.srv.get("v1", "Node", "", NODE)?;
-        node["status"]["conditions"]
-            .as_array()?
-            .iter()
-            .find(|c| c["type"] == COND)
-            .and_then(|c| c["status"].as_str().map(String::from))
+    async fn status(&self) -> Result<Option<String>, BoxError> {
+        let c = std::sync::Arc::clone(&self.cluster);
+        let node = tokio::task::spawn_blocking(move || c.try_get(&format!("/api/v1/nodes/{NODE}")))
+            .await??;
+        Ok(node.and_then(|n| {
+            n["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == COND)
+                .and_then(|c| c["status"].as_str().map(String::from))
+        }))
     }
 
-    /// Successful status PATCHes so far (the writer's writes).
+    /// Successful status PATCHes so far (the writer's writes), from the
+    /// real server's audit log. kube-apiserver logs a write after its
+    /// answer went out: a count taken right after a write may miss it by a
+    /// few milliseconds.
     fn writes(&self) -> usize {
-        self.srv
-            .requests()
-            .iter()
-            .filter(|r| r.method == "PATCH" && r.path.ends_with("/status") && r.status == 200)
-            .count()
+        self.cluster
+            .audit_writes(|e| {
+                e["verb"] == "patch"
+                    && e["objectRef"]["resource"] == "nodes"
+                    && e["objectRef"]["subresource"] == "status"
+                    && e["objectRef"]["name"] == NODE
+                    && e["responseStatus"]["code"] == 200
+            })
+            .len()
     }
 
-    /// Polls the Node every millisecond until its condition is `want`
-    /// (`None`: any); the instant it was seen.
+    /// Polls the Node until its condition is `want` (`None`: any); the
+    /// instant it was seen. Each poll is a GET on a fresh connection (a few
+    /// milliseconds), which bounds the resolution of what is measured.
     async fn until(&self, want: Option<&str>, within: Duration) -> Result<Instant, BoxError> {
         let deadline = Instant::now() + within;
         loop {
-            let s = self.status();
+            let s = self.status().await.unwrap_or(None);
             if s.is_some() && (want.is_none() || s.as_deref() == want) {
                 return Ok(Instant::now());
             }
@@ -1117,7 +1124,7 @@ async fn node_starts(a: &NodeArgs, api: &Api) -> Result<serde_json::Value, BoxEr
     let mut samples = Vec::with_capacity(a.count);
     let mut errors = Vec::new();
     for _ in 0..a.count {
-        api.register()?;
+        api.register().await?;
         let port = free_port()?;
         let t0 = Instant::now();
         let mut child = node_agent(a, port, None, &desired, Some(&api.kubeconfig))?;

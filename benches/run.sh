@@ -395,11 +395,12 @@ fi
 
 ###############################################################################
 if only nodecond; then
-	# The Node writer (serve --kubeconfig) against the test API server, which
-	# `load node` runs in its own process (test-api, a dev-dependency: it
-	# never reaches the agent binary), with a Node registered as kubelet does
-	# and kubelet's credential laid out as on Talos. The agents are pinned to
-	# CPU 0, the client and the server to CPU 1.
+	# The Node writer (serve --kubeconfig) against a real kube-apiserver
+	# (tests/support/cluster.rs, scripts/control-plane.sh: SR_CONTROL_PLANE_BIN
+	# or the built cache) that `load node` starts for itself, with a Node
+	# registered as kubelet does and kubelet's credential laid out as on
+	# Talos. The agents are pinned to CPU 0, the client to CPU 1 (etcd and
+	# kube-apiserver run where the scheduler puts them).
 	note "node condition: 100 flips (poll 2 s), 20 starts, 6 GetReport pairs writer on/off"
 	taskset -c 1 "$LOAD" node --bin "$BIN" --part flips --count 100 --jitter 2s --agent-cpu 0 -- "${AGENT_FLAGS[@]}" \
 		>"$OUT/node-flips.json" || true

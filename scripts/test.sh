@@ -3,8 +3,8 @@
 # builds every test binary of the workspace ONCE (one feature set), then runs
 # them in five tiers (tests/tiers.toml says which binary is in which, and what
 # each tier needs) through scripts/run-tests.py:
-#   unit, api, controller   no root (the node crate's own tests, the test API
-#                           server, the readiness-gate controller)
+#   unit, api, controller   no root (the node crate's own tests, the fault
+#                           proxy, the readiness-gate controller)
 #   integration             the real kernel, private containerds, runsc (root);
 #                           the real control plane with Cluster API and CABPT
 #                           (the docs' examples dry-run, real rollouts)

@@ -1167,35 +1167,19 @@ fn raise_nofile(want: u64) {
 /// kubeconfig and client certificate appear under the bound
 /// /etc/kubernetes and /var/lib/kubelet later, laid out as on Talos (the
 /// absolute `kubelet-client-current.pem` symlink), and the agent in the
-/// container writes its Node's condition onto the test API server over the
-/// host network, where real kubectl waits for it.
+/// container writes its Node's condition onto the real kube-apiserver
+/// (tests/support/cluster.rs) over the host network, where the pinned
+/// kubectl waits for it.
 #[test]
 fn the_pool_wide_configuration_reports_through_the_node() {
     use base64::Engine;
-    use test_api::{TestApiServer, User};
     const TYPE: &str = "sandbox-readiness.io/SandboxReady";
-    if common::on_path("kubectl").is_none() {
-        common::skip("kubectl is not installed");
-        return;
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let srv = rt
-        .block_on(
-            TestApiServer::builder()
-                .token("admin-token", User::new("admin", &["system:masters"]))
-                .start(),
-        )
-        .unwrap();
-    let boot_id = fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .unwrap()
-        .trim()
-        .to_string();
-    srv.create(common::kubelet_node("worker-1", &boot_id))
-        .unwrap();
+    let c = support::cluster::RealCluster::shared();
+    // Registered as kubelet registers it, with kubelet's own certificate
+    // (DIR/nodes/NAME.{crt,key}), which the container's kubelet layout
+    // below carries.
+    let (name, _) = c.new_node("pool-worker");
+    let mark = c.audit_mark();
     let limit = fs::read_to_string("/proc/sys/user/max_user_namespaces")
         .unwrap()
         .trim()
@@ -1236,49 +1220,36 @@ fn the_pool_wide_configuration_reports_through_the_node() {
 
     // Kubelet bootstraps: its credential, as on Talos, under the binds.
     let host = node.ctd.dir().to_path_buf();
-    let cert = srv.client_cert("system:node:worker-1", &["system:nodes"]);
+    let nodes = c.dir().join("nodes");
+    let cert_pem = fs::read_to_string(nodes.join(format!("{name}.crt"))).unwrap();
+    let key_pem = fs::read_to_string(nodes.join(format!("{name}.key"))).unwrap();
     let pki = host.join("var/lib/kubelet/pki");
     fs::create_dir_all(&pki).unwrap();
-    let pem_name = format!("kubelet-client-{}.pem", cert.serial);
-    fs::write(
-        pki.join(&pem_name),
-        format!("{}{}", cert.cert_pem, cert.key_pem),
-    )
-    .unwrap();
+    let pem_name = "kubelet-client-2026-12-01-00-00-00.pem";
+    fs::write(pki.join(pem_name), format!("{cert_pem}{key_pem}")).unwrap();
     std::os::unix::fs::symlink(
-        Path::new("/var/lib/kubelet/pki").join(&pem_name),
+        Path::new("/var/lib/kubelet/pki").join(pem_name),
         pki.join("kubelet-client-current.pem"),
     )
     .unwrap();
-    let ca = base64::engine::general_purpose::STANDARD.encode(srv.ca_pem());
+    let ca = base64::engine::general_purpose::STANDARD
+        .encode(fs::read_to_string(c.dir().join("ca.crt")).unwrap());
     fs::create_dir_all(host.join("etc/kubernetes")).unwrap();
     fs::write(
         host.join("etc/kubernetes/kubeconfig-kubelet"),
         format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: {}\n    certificate-authority-data: {ca}\nusers:\n- name: kubelet\n  user:\n    client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem\n    client-key: /var/lib/kubelet/pki/kubelet-client-current.pem\ncontexts:\n- name: kubelet@local\n  context:\n    cluster: local\n    user: kubelet\ncurrent-context: kubelet@local\n",
-            srv.url()
+            c.server_url()
         ),
     )
     .unwrap();
 
-    // Real kubectl, as an operator after a rollout.
-    let kdir = tempfile::tempdir().unwrap();
-    let admin = kdir.path().join("admin.kubeconfig");
-    fs::write(&admin, srv.kubeconfig_token("admin-token")).unwrap();
-    let kubectl = |args: &[&str]| {
-        Command::new("kubectl")
-            .env("KUBECONFIG", &admin)
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .arg("--cache-dir")
-            .arg(kdir.path().join("cache"))
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    // The pinned kubectl, as an operator after a rollout.
+    let kubectl = |args: &[&str]| c.kubectl_cmd(args).output().unwrap();
     let out = kubectl(&[
         "wait",
         &format!("--for=condition={TYPE}"),
-        "node/worker-1",
+        &format!("node/{name}"),
         "--timeout=60s",
     ]);
     assert!(
@@ -1290,7 +1261,7 @@ fn the_pool_wide_configuration_reports_through_the_node() {
     // The condition (nodes/status) and the labels and annotation (the Node
     // itself) are two writes, as the API has them: read until both landed.
     let read = || {
-        let out = kubectl(&["get", "node", "worker-1", "-o", "json"]);
+        let out = kubectl(&["get", "node", &name, "-o", "json"]);
         assert!(out.status.success());
         serde_json::from_slice::<Value>(&out.stdout).unwrap()
     };
@@ -1329,8 +1300,23 @@ fn the_pool_wide_configuration_reports_through_the_node() {
         n["metadata"]["labels"]["sandbox-readiness.io/runsc"].is_string(),
         "{n:#}"
     );
-    // Written as the kubelet's identity, from inside the container.
-    assert!(srv.requests().iter().any(|r| r.method == "PATCH"
-        && r.status == 200
-        && r.user.as_deref() == Some("system:node:worker-1")));
+    // Written as the kubelet's identity, from inside the container: the
+    // real server's audit log has the agent's writes under that user.
+    let who = format!("system:node:{name}");
+    let writes = c.audit_wait(
+        Duration::from_secs(10),
+        mark,
+        |e| {
+            e["objectRef"]["resource"] == "nodes"
+                && e["objectRef"]["name"] == name.as_str()
+                && e["userAgent"]
+                    .as_str()
+                    .is_some_and(|u| u.starts_with("sandbox-readiness/"))
+        },
+        |w| w.iter().any(|e| e["responseStatus"]["code"] == 200),
+    );
+    assert!(
+        writes.iter().all(|e| e["user"]["username"] == who.as_str()),
+        "{writes:#?}"
+    );
 }

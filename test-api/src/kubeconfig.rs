@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 
-use crate::tls::ClientCert;
+use crate::proxy::ClientCert;
 
 fn b64(s: &str) -> String {
     STANDARD.encode(s.as_bytes())

@@ -1,12 +1,17 @@
 //! The readiness-gate controller fed by real agents: agents on the real
 //! kernel (inside `unshare -U -r`, `user.max_user_namespaces` set under
 //! them) write their Nodes' conditions and desired-state annotations into a
-//! workload test API server with kubelet-style credentials;
-//! `sandbox-readiness-controller` (the controller crate's binary, built by
-//! the test command's controller tier into the same target directory)
-//! mirrors them onto gated Machines in a management test API server, read
-//! through the `<cluster>-kubeconfig` Secret, and checks each node's
-//! annotation against its Machine's bootstrap-data machine config.
+//! real workload kube-apiserver (the binary's shared cluster) with
+//! kubelet-style credentials; `sandbox-readiness-controller` (the
+//! controller crate's binary, built by the test command's controller tier
+//! into the same target directory) mirrors them onto gated Machines in a
+//! real management kube-apiserver with the real Cluster API's CRDs and
+//! webhooks (`control-plane.sh capi`), reading the workload through the
+//! `<cluster>-kubeconfig` Secret, and checks each node's annotation against
+//! its Machine's bootstrap-data machine config. The Machines are made by
+//! hand (no infrastructure provider runs): their `status.nodeRef` is
+//! written through the status subresource, as CAPI's Machine controller
+//! would.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
@@ -19,12 +24,12 @@ use std::{
 
 use common::{wait_until, Agent, AgentSpec, BIN};
 use serde_json::{json, Value};
-use test_api::{TestApiServer, User};
+
+use crate::support::cluster::RealCluster;
 
 const TY: &str = "sandbox-readiness.io/SandboxReady";
-const NS: &str = "tenant-a";
-const ADMIN: &str = "admin-token";
 const AV: &str = "cluster.x-k8s.io/v1beta2";
+const MERGE: &str = "application/merge-patch+json";
 
 fn b64(s: &str) -> String {
     use base64::Engine;
@@ -38,20 +43,9 @@ fn controller_bin() -> Option<PathBuf> {
     p.is_file().then_some(p)
 }
 
-fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .unwrap()
-        .trim()
-        .to_string()
-}
-
-fn status(
-    srv: &TestApiServer,
-    kind_av: (&str, &str),
-    ns: &str,
-    name: &str,
-) -> Option<(String, String, String)> {
-    let o = srv.get(kind_av.0, kind_av.1, ns, name)?;
+/// The sandbox condition of the object at `path`: (status, reason, message).
+fn status(c: &RealCluster, path: &str) -> Option<(String, String, String)> {
+    let o = c.try_get(path).ok()??;
     let c = o["status"]["conditions"]
         .as_array()?
         .iter()
@@ -61,18 +55,17 @@ fn status(
     Some((s("status"), s("reason"), s("message")))
 }
 
-fn machine(name: &str, node: &str) -> Value {
-    json!({"apiVersion":AV,"kind":"Machine","metadata":{"name":name,"namespace":NS,
+fn machine(ns: &str, name: &str) -> Value {
+    json!({"apiVersion":AV,"kind":"Machine","metadata":{"name":name,"namespace":ns,
         "labels":{"cluster.x-k8s.io/cluster-name":"c1","cluster.x-k8s.io/deployment-name":"md-a"}},
         "spec":{"clusterName":"c1","bootstrap":{"dataSecretName":format!("{name}-boot")},
         "infrastructureRef":{"apiGroup":"infrastructure.cluster.x-k8s.io","kind":"TestMachine","name":name},
-        "readinessGates":[{"conditionType":TY}]},
-        "status":{"nodeRef":{"name":node}}})
+        "readinessGates":[{"conditionType":TY}]}})
 }
 
-fn boot_secret(name: &str) -> Value {
+fn boot_secret(ns: &str, name: &str) -> Value {
     let cfg = "version: v1alpha1\nmachine:\n  type: worker\n  token: SECRET-TOKEN-abcdef\n  sysctls:\n    user.max_user_namespaces: \"11255\"\ncluster:\n  controlPlane:\n    endpoint: https://127.0.0.1:6443\n";
-    json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":format!("{name}-boot"),"namespace":NS},
+    json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":format!("{name}-boot"),"namespace":ns},
         "data":{"value":b64(cfg),"format":b64("cloud-config")}})
 }
 
@@ -90,31 +83,19 @@ fn real_agents_hold_and_release_the_gate() {
         common::skip("the controller binary is not built (cargo build -p sandbox-readiness-controller; the test command's controller tier does)");
         return;
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let start = |versions: &'static [&'static str]| {
-        rt.block_on(
-            TestApiServer::builder()
-                .token(ADMIN, User::new("admin", &["system:masters"]))
-                .capi_served_versions(versions)
-                .start(),
-        )
-        .unwrap()
-    };
-    let mgmt = start(&["v1beta2"]);
-    let wl = start(&["v1beta2"]);
+    let wl = RealCluster::shared();
+    let mgmt = RealCluster::private();
+    mgmt.start_capi();
     let dir = tempfile::tempdir().unwrap();
+    let ns = mgmt.unique("gate");
 
     // Three workers: converged (ok), at 0 (new), converged but checking no
     // user.max_user_namespaces (nocheck: its agent was told no sysctl).
-    let boot = boot_id();
     let mut agents = Vec::new();
-    for (node, limit, extra) in [
+    let mut nodes = std::collections::BTreeMap::new();
+    for (role, limit, extra) in [
         (
-            "w-ok",
+            "ok",
             11255,
             vec![
                 "--sysctl",
@@ -123,7 +104,7 @@ fn real_agents_hold_and_release_the_gate() {
             ],
         ),
         (
-            "w-new",
+            "new",
             0,
             vec![
                 "--sysctl",
@@ -131,13 +112,10 @@ fn real_agents_hold_and_release_the_gate() {
                 "--require-userns",
             ],
         ),
-        ("w-nocheck", 11255, vec!["--require-userns"]),
+        ("nocheck", 11255, vec!["--require-userns"]),
     ] {
-        wl.create(common::kubelet_node(node, &boot)).unwrap();
-        let cert = wl.client_cert(&format!("system:node:{node}"), &["system:nodes"]);
-        let kc = wl
-            .kubeconfig_kubelet_style(&dir.path().join(node), &cert)
-            .unwrap();
+        let (node, _) = wl.new_node(&format!("gate-{role}"));
+        let (kc, _) = wl.kubelet_credential(&node, &dir.path().join(&node));
         let mut args = vec![
             "--poll-interval",
             "300ms",
@@ -149,42 +127,67 @@ fn real_agents_hold_and_release_the_gate() {
         args.extend(extra);
         let args: Vec<String> = args.iter().map(ToString::to_string).collect();
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        agents.push((node, Agent::spawn(AgentSpec::new(Some(limit), &args))));
+        agents.push((role, Agent::spawn(AgentSpec::new(Some(limit), &args))));
+        nodes.insert(role, node);
     }
 
-    mgmt.create(json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":NS}}))
-        .unwrap();
-    mgmt.create(
-        json!({"apiVersion":AV,"kind":"Cluster","metadata":{"name":"c1","namespace":NS},"spec":{}}),
-    )
-    .unwrap();
-    mgmt.create(
-        json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":"c1-kubeconfig","namespace":NS},
-        "data":{"value":b64(&wl.kubeconfig_token(ADMIN))}}),
-    )
-    .unwrap();
-    for (m, n) in [
-        ("m-ok", "w-ok"),
-        ("m-new", "w-new"),
-        ("m-nocheck", "w-nocheck"),
-    ] {
-        mgmt.create(boot_secret(m)).unwrap();
-        mgmt.create(machine(m, n)).unwrap();
+    let post = |path: &str, body: Value| {
+        mgmt.write("POST", path, "application/json", &body);
+    };
+    post(
+        "/api/v1/namespaces",
+        json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":ns}}),
+    );
+    post(
+        &format!("/apis/{AV}/namespaces/{ns}/clusters"),
+        // Paused: CAPI's own controllers leave the hand-made Machines alone
+        // (the rollout tests have them at work). CAPI's webhook wants one of
+        // controlPlaneRef, infrastructureRef or topology (the CRD alone
+        // refuses an empty spec: `minProperties: 1`).
+        json!({"apiVersion":AV,"kind":"Cluster","metadata":{"name":"c1","namespace":ns},
+            "spec":{"paused":true,"infrastructureRef":{"apiGroup":"infrastructure.cluster.x-k8s.io","kind":"TestCluster","name":"c1"}}}),
+    );
+    let wl_kubeconfig = std::fs::read_to_string(wl.admin_kubeconfig()).unwrap();
+    post(
+        &format!("/api/v1/namespaces/{ns}/secrets"),
+        json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":"c1-kubeconfig","namespace":ns,
+            "labels":{"cluster.x-k8s.io/cluster-name":"c1"}},
+        "data":{"value":b64(&wl_kubeconfig)}}),
+    );
+    for role in ["ok", "new", "nocheck"] {
+        let m = format!("m-{role}");
+        post(
+            &format!("/api/v1/namespaces/{ns}/secrets"),
+            boot_secret(&ns, &m),
+        );
+        post(
+            &format!("/apis/{AV}/namespaces/{ns}/machines"),
+            machine(&ns, &m),
+        );
+        mgmt.write(
+            "PATCH",
+            &format!("/apis/{AV}/namespaces/{ns}/machines/{m}/status"),
+            MERGE,
+            &json!({"status":{"nodeRef":{"name":nodes[role]}}}),
+        );
     }
-    let mgmt_kc = dir.path().join("mgmt.kubeconfig");
-    std::fs::write(&mgmt_kc, mgmt.kubeconfig_token(ADMIN)).unwrap();
     let _ctl = Killed(
         Command::new(&ctl_bin)
             .arg("--kubeconfig")
-            .arg(&mgmt_kc)
+            .arg(mgmt.admin_kubeconfig())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap(),
     );
 
-    let m = |name: &str| status(&mgmt, (AV, "Machine"), NS, name);
-    let n = |name: &str| status(&wl, ("v1", "Node"), "", name);
+    let m = |name: &str| {
+        status(
+            &mgmt,
+            &format!("/apis/{AV}/namespaces/{ns}/machines/{name}"),
+        )
+    };
+    let n = |role: &str| status(wl, &format!("/api/v1/nodes/{}", nodes[role]));
     wait_until(Duration::from_secs(30), "m-ok True", || {
         m("m-ok").is_some_and(|c| c.0 == "True")
     });
@@ -208,14 +211,10 @@ fn real_agents_hold_and_release_the_gate() {
         c.2.contains("user.max_user_namespaces") && c.2.contains("11255"),
         "{c:?}"
     );
-    assert_eq!(
-        n("w-nocheck").unwrap().0,
-        "True",
-        "the node itself says True"
-    );
+    assert_eq!(n("nocheck").unwrap().0, "True", "the node itself says True");
 
     // The limit raised under w-new: its Node, then its Machine.
-    let agent = &agents.iter().find(|(n, _)| *n == "w-new").unwrap().1;
+    let agent = &agents.iter().find(|(r, _)| *r == "new").unwrap().1;
     let raised = Instant::now();
     agent.set_limit(11255);
     let mut node_true = None;
@@ -224,10 +223,10 @@ fn real_agents_hold_and_release_the_gate() {
         assert!(
             Instant::now() < deadline,
             "m-new not True: node {:?} machine {:?}",
-            n("w-new"),
+            n("new"),
             m("m-new")
         );
-        if node_true.is_none() && n("w-new").is_some_and(|c| c.0 == "True") {
+        if node_true.is_none() && n("new").is_some_and(|c| c.0 == "True") {
             node_true = Some(Instant::now());
         }
         if m("m-new").is_some_and(|c| c.0 == "True") {

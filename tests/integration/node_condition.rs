@@ -16,11 +16,10 @@
 //! is removed and restored against the test containerd turns the condition
 //! False and the handler's label not-ready, then back.
 //!
-//! What the real server cannot do on demand stays on test-api/ (the
-//! imitation), in the section at the end, until the fault proxy sits in
-//! front of the real server: scripted 503/429/500 answers, a server that
-//! accepts and never answers, and revoking a certificate by its serial
-//! (kube-apiserver has no CRL).
+//! What the real server cannot do on demand goes through the fault proxy
+//! (test-api/) in front of it, in the section at the end: scripted
+//! 503/429/500 answers, a server that accepts and never answers, and
+//! revoking a certificate by its serial (kube-apiserver has no CRL).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
@@ -777,153 +776,169 @@ fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
 }
 
 // ------------------------------------------------------------------------
-// On test-api/ (the imitation) for now: what the real kube-apiserver cannot
-// be made to do on demand. The fault proxy (front-proxy credentials in
-// pki/, controlplane/README.md) is to sit in front of the real server and
-// take these over: scripted 503/429/500 answers with Retry-After, a server
-// that accepts connections and never answers, and a certificate refused by
-// its serial (kube-apiserver checks only the chain and the validity period:
-// it has no revocation list).
+// What the real kube-apiserver cannot be made to do on demand goes through
+// the fault proxy (test-api/, docs/developer/test-api.md) in front of it:
+// scripted 503/429/500 answers with Retry-After, a server that accepts
+// connections and never answers, and a certificate refused by its serial
+// (kube-apiserver checks only the chain and the validity period: it has no
+// revocation list). The proxy forwards with the caller's identity in
+// front-proxy headers, so the real Node authorizer and NodeRestriction still
+// decide, and the audit log still names the credential.
 
-mod imitation {
-    use super::{http_get, writer_agent, LIMIT_OK, TYPE};
+mod through_the_proxy {
+    use super::{agent_writes_until, http_get, status_of, writer_agent, LIMIT_OK};
     use crate::common::{self, wait_until};
+    use crate::support::cluster::{credential_id, RealCluster};
 
     use std::{
         path::PathBuf,
         time::{Duration, Instant},
     };
 
-    use serde_json::Value;
-    use test_api::{ClientCert, NodeAuthzMode, Scripted, TestApiServer, User};
+    use test_api::proxy::{ClientCert, FaultProxy, Scripted};
 
-    const ADMIN_TOKEN: &str = "admin-token";
-
-    /// The test API server on a runtime of its own (the test thread blocks
-    /// in waits and child processes), and a private directory for
-    /// kubeconfigs.
-    struct Cluster {
-        _rt: tokio::runtime::Runtime,
-        srv: TestApiServer,
+    /// A Node of its own on the shared real cluster, registered as kubelet
+    /// does, a fault proxy in front of the cluster, and a private directory
+    /// for kubeconfigs.
+    struct Setup {
+        c: &'static RealCluster,
+        node: String,
+        proxy: FaultProxy,
         dir: tempfile::TempDir,
     }
 
-    fn boot_id() -> String {
-        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-            .unwrap()
-            .trim()
-            .to_string()
-    }
-
-    impl Cluster {
-        fn new() -> Cluster {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
-            let srv = rt
-                .block_on(
-                    TestApiServer::builder()
-                        .token(ADMIN_TOKEN, User::new("admin", &["system:masters"]))
-                        .node_authz(NodeAuthzMode::SelectorRestricted)
-                        .start(),
-                )
-                .unwrap();
+    impl Setup {
+        fn new(prefix: &str) -> Setup {
+            let c = RealCluster::shared();
+            let (node, _) = c.new_node(prefix);
+            let proxy = FaultProxy::http(c.dir()).unwrap();
             let dir = tempfile::tempdir().unwrap();
-            Cluster { _rt: rt, srv, dir }
+            Setup {
+                c,
+                node,
+                proxy,
+                dir,
+            }
         }
 
-        /// A Node as kubelet registers it: `Ready` and this boot's bootID.
-        fn register(&self, name: &str, boot: &str) {
-            self.srv.create(common::kubelet_node(name, boot)).unwrap();
+        fn status(&self) -> Option<String> {
+            status_of(self.c, &self.node)
         }
 
-        fn node(&self, name: &str) -> Value {
-            self.srv.get("v1", "Node", "", name).unwrap_or(Value::Null)
-        }
-
-        fn status_of(&self, name: &str) -> Option<String> {
-            self.node(name)["status"]["conditions"]
-                .as_array()?
-                .iter()
-                .find(|c| c["type"] == TYPE)
-                .and_then(|c| c["status"].as_str().map(str::to_string))
-        }
-
-        /// Kubelet's credential for `node`, laid out as on Talos.
-        fn kubelet_kubeconfig(&self, node: &str, sub: &str) -> (PathBuf, ClientCert) {
+        /// Kubelet's credential for the node (the cluster's client CA),
+        /// laid out as on Talos, pointing at the proxy.
+        fn kubelet_kubeconfig(&self, sub: &str) -> (PathBuf, ClientCert) {
             let c = self
-                .srv
-                .client_cert(&format!("system:node:{node}"), &["system:nodes"]);
+                .proxy
+                .client_cert(&format!("system:node:{}", self.node), &["system:nodes"]);
             let path = self
-                .srv
+                .proxy
                 .kubeconfig_kubelet_style(&self.dir.path().join(sub), &c)
                 .unwrap();
             (path, c)
         }
     }
 
+    /// `X509SHA256=<hex>` of a PEM certificate, as the audit log names it.
+    fn x509_id(cert_pem: &str) -> String {
+        use rustls_pki_types::{pem::PemObject, CertificateDer};
+        let der = CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap();
+        let sum = ring::digest::digest(&ring::digest::SHA256, der.as_ref());
+        let hex: String = sum.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+        format!("X509SHA256={hex}")
+    }
+
     #[test]
     fn a_revoked_old_certificate_is_replaced_by_the_rotated_one_without_a_restart() {
-        let c = Cluster::new();
-        c.register("worker-1", &boot_id());
-        let (kc, old) = c.kubelet_kubeconfig("worker-1", "kubelet");
+        let s = Setup::new("revoked");
+        let (kc, old) = s.kubelet_kubeconfig("kubelet");
         let agent = writer_agent(0, &kc, &["--sysctl", LIMIT_OK]);
         wait_until(Duration::from_secs(20), "condition False", || {
-            c.status_of("worker-1").as_deref() == Some("False")
+            s.status().as_deref() == Some("False")
         });
         // kubelet rotates: a new PEM, the symlink re-pointed; the old serial
-        // is rejected from now on (what the real server cannot do).
-        let (_, new) = c.kubelet_kubeconfig("worker-1", "kubelet");
-        c.srv.revoke(old.serial);
-        c.srv.clear_requests();
+        // is refused by the proxy from now on (what the real server cannot do).
+        let (_, new) = s.kubelet_kubeconfig("kubelet");
+        assert_ne!(new.serial, old.serial);
+        s.proxy.revoke(old.serial);
+        s.proxy.clear_requests();
+        let mark = s.c.audit_mark();
         agent.set_limit(11255);
         wait_until(
             Duration::from_secs(10),
             "condition True with the new certificate",
-            || c.status_of("worker-1").as_deref() == Some("True"),
+            || s.status().as_deref() == Some("True"),
         );
-        assert_ne!(new.serial, old.serial);
-        let reqs = c.srv.requests();
+        let (old_id, new_id) = (x509_id(&old.cert_pem), x509_id(&new.cert_pem));
+        let reqs = s.proxy.requests();
+        let who = format!("system:node:{}", s.node);
         assert!(
             reqs.iter().any(|r| r.method == "PATCH"
                 && r.status == 200
-                && r.user.as_deref() == Some("system:node:worker-1")),
+                && r.user.as_deref() == Some(who.as_str())
+                && r.credential.as_deref() == Some(new_id.as_str())),
             "{reqs:?}"
+        );
+        assert!(
+            !reqs
+                .iter()
+                .any(|r| r.status == 200 && r.credential.as_deref() == Some(old_id.as_str())),
+            "{reqs:?}"
+        );
+        // The real server saw the write as the node's, with the new credential.
+        let writes = agent_writes_until(s.c, mark, &s.node, |w| !w.is_empty());
+        assert!(
+            writes
+                .iter()
+                .all(|e| credential_id(e) == Some(new_id.as_str())
+                    && e["user"]["username"] == who.as_str()),
+            "{writes:#?}"
         );
     }
 
     #[test]
     fn scripted_faults_are_retried_then_written() {
-        let c = Cluster::new();
-        c.register("worker-1", &boot_id());
-        let (kc, _) = c.kubelet_kubeconfig("worker-1", "kubelet");
+        let s = Setup::new("scripted");
+        let (kc, _) = s.kubelet_kubeconfig("kubelet");
         let agent = writer_agent(
             0,
             &kc,
             &["--sysctl", LIMIT_OK, "--metrics-listen", "127.0.0.1:0"],
         );
         wait_until(Duration::from_secs(20), "condition False", || {
-            c.status_of("worker-1").as_deref() == Some("False")
+            s.status().as_deref() == Some("False")
         });
-        c.srv.faults().script(
+        let path = format!("/api/v1/nodes/{}/status", s.node);
+        s.proxy.faults().script(
             "PATCH",
-            "/api/v1/nodes/worker-1/status",
+            &path,
             vec![
                 Scripted::status(503),
                 Scripted::too_many_requests(1),
                 Scripted::status(500),
             ],
         );
+        s.proxy.clear_requests();
         let flipped = Instant::now();
         agent.set_limit(11255);
         wait_until(
             Duration::from_secs(20),
             "condition True after 503, 429, 500",
-            || c.status_of("worker-1").as_deref() == Some("True"),
+            || s.status().as_deref() == Some("True"),
         );
         eprintln!("written after three faults in {:?}", flipped.elapsed());
+        let answers: Vec<u16> = s
+            .proxy
+            .requests()
+            .iter()
+            .filter(|r| r.method == "PATCH" && r.path == path)
+            .map(|r| r.status)
+            .collect();
+        assert_eq!(
+            answers.get(..4),
+            Some(&[503, 429, 500, 200][..]),
+            "{answers:?}"
+        );
         let metrics = http_get(agent.metrics_addr(), "/metrics");
         for reason in ["server_error", "throttled"] {
             assert!(
@@ -939,10 +954,9 @@ mod imitation {
 
     #[test]
     fn a_hung_api_server_delays_neither_answers_nor_sigterm() {
-        let c = Cluster::new();
-        c.register("worker-1", &boot_id());
-        let (kc, _) = c.kubelet_kubeconfig("worker-1", "kubelet");
-        c.srv.faults().hung();
+        let s = Setup::new("hung");
+        let (kc, _) = s.kubelet_kubeconfig("kubelet");
+        s.proxy.faults().hung();
         let mut agent = writer_agent(11255, &kc, &["--sysctl", LIMIT_OK]);
         // The writer waits on the API server; the agent answers at once.
         let asked = Instant::now();
@@ -956,7 +970,10 @@ mod imitation {
             "{:?}",
             asked.elapsed()
         );
-        assert_eq!(c.status_of("worker-1"), None);
+        assert_eq!(s.status(), None);
+        wait_until(Duration::from_secs(5), "the agent connects", || {
+            s.proxy.open_connections() > 0
+        });
         let pid = nix::unistd::Pid::from_raw(i32::try_from(agent.pid()).unwrap());
         let sent = Instant::now();
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
