@@ -927,6 +927,44 @@ fn paused_machines_insecure_kubeconfigs_negative_gates_and_big_nodes() {
         hwm_kib
     );
     assert!(hwm_kib < 64 * 1024, "peak RSS {hwm_kib} KiB over 64 MiB");
+    // 6. Past what the real server stores: through the fault proxy, every
+    // Node of the workload cluster arrives with a 1 MiB desired-state
+    // annotation (122 MiB a list). Paged (10 MiB a page) and cut before
+    // caching, the controller stays within its Deployment's 128 MiB limit
+    // (deploy/; a page is held twice while it is decoded), and judges the
+    // pool's Nodes as carrying an annotation it cannot compare.
+    pool.stop_controller();
+    let proxy = test_api::FaultProxy::http(pool.workload.dir()).unwrap();
+    proxy.faults().inject_annotation(
+        "GET",
+        "/api/v1/nodes",
+        usize::MAX,
+        "sandbox-readiness.io/desired",
+        1 << 20,
+    );
+    let admin = proxy.client_cert("admin", &["system:masters"]);
+    set_secret(&b64.encode(proxy.kubeconfig_inline(&admin)));
+    pool.start_controller_with(&["--http-listen", &format!("127.0.0.1:{metrics_port}")]);
+    let pid = pool.controller.as_ref().unwrap().0.id();
+    for m in &machines {
+        wait_gate(&pool, m, "False", Some("DesiredStateNotChecked"), Duration::from_secs(90));
+    }
+    let message = pool.machine(&machines[0]).unwrap()["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == GATE)
+        .map(|c| c["message"].as_str().unwrap_or("").to_string())
+        .unwrap_or_default();
+    assert!(message.contains("larger than"), "{message}");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let hwm_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    eprintln!("controller peak RSS with 122 Nodes of 1 MiB annotations (fault proxy): {hwm_kib} KiB");
+    assert!(hwm_kib < 128 * 1024, "peak RSS {hwm_kib} KiB over the 128 MiB limit");
 }
 
 /// A plain HTTP/1.1 GET on loopback: the body.

@@ -56,8 +56,8 @@ pub enum Trigger {
 }
 
 /// Nodes per page of a workload list: at the API server's 256 KiB
-/// annotation limit, a page is at most about 5 MiB before [`slim`].
-const NODE_PAGE: u32 = 20;
+/// annotation limit, a page is at most about 2.5 MiB before [`slim`].
+const NODE_PAGE: u32 = 10;
 
 /// Marks a Node whose desired-state annotation was larger than the reader
 /// accepts: the annotation itself is not kept.
