@@ -15,7 +15,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{by_controller, Env, CAPI, TY};
+use common::{by_controller, Env, CAPI};
 use serde_json::{json, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_sandbox-readiness-controller");
@@ -51,6 +51,8 @@ impl Ctl {
                 "--leader-elect=true",
                 "--leader-elect-resource-namespace",
                 ns,
+                "--condition-type",
+                &env.ty,
             ])
             .env("POD_NAME", who)
             .env("SANDBOX_READINESS_LOG", "info")
@@ -79,6 +81,9 @@ impl Drop for Ctl {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- {}\n{}", self.log.display(), self.log());
+        }
     }
 }
 
@@ -117,7 +122,7 @@ fn condition(env: &Env, name: &str) -> Option<Value> {
         .pointer("/status/conditions")?
         .as_array()?
         .iter()
-        .find(|c| c["type"] == TY)
+        .find(|c| c["type"] == env.ty.as_str())
         .cloned()
 }
 

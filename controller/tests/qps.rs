@@ -15,7 +15,7 @@ mod common;
 
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{by_controller, condition_of, Env, CAPI, TY};
+use common::{by_controller, condition_of, Env, CAPI};
 use serde_json::Value;
 
 fn received(e: &Value) -> SystemTime {
@@ -47,7 +47,7 @@ fn requests_follow_the_token_bucket_and_nothing_is_written_at_rest() {
             .and_then(|l| l["items"].as_array().cloned())
             .unwrap_or_default()
             .iter()
-            .filter(|m| condition_of(m, TY).is_some())
+            .filter(|m| condition_of(m, &env.ty).is_some())
             .count();
         if written == N {
             break start.elapsed();

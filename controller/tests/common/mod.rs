@@ -185,6 +185,11 @@ pub struct Env {
     /// This test's namespace on the management cluster; its Node names
     /// start with it.
     pub ns: String,
+    /// The condition type of this test (`--condition-type`, the gates, the
+    /// Node conditions): every controller watches every namespace of the
+    /// shared management cluster, and one mirrors only its own type, so a
+    /// test's controller never writes another test's Machines.
+    pub ty: String,
     pub dir: tempfile::TempDir,
     pub mgmt_kubeconfig: PathBuf,
 }
@@ -252,6 +257,7 @@ impl Env {
             mgmt_kubeconfig: mgmt.admin_kubeconfig().to_path_buf(),
             mgmt,
             wl,
+            ty: format!("{TY}-{ns}"),
             ns,
             dir,
         };
@@ -319,8 +325,22 @@ impl Env {
             .write("POST", collection, "application/json", &obj)
     }
 
+    /// The controller as the admin, mirroring this test's condition type.
     pub fn controller(&self, extra: &[&str]) -> Controller {
-        Controller::spawn(&self.mgmt_kubeconfig, extra)
+        self.controller_as(&self.mgmt_kubeconfig, extra, &[])
+    }
+
+    /// The controller with `kubeconfig`, mirroring this test's condition
+    /// type.
+    pub fn controller_as(
+        &self,
+        kubeconfig: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Controller {
+        let mut args = vec!["--condition-type", self.ty.as_str()];
+        args.extend_from_slice(extra);
+        Controller::spawn_env(kubeconfig, &args, env)
     }
 
     /// Node `short`'s name in the workload cluster (prefixed with this
@@ -334,7 +354,7 @@ impl Env {
     pub fn deployment(&self, md: &str, mirror: bool, gate: bool, min_ready: u32) {
         self.post(
             &format!("{CAPI}/namespaces/{}/machinedeployments", self.ns),
-            deployment(&self.ns, md, mirror, gate, min_ready),
+            deployment(&self.ns, &self.ty, md, mirror, gate, min_ready),
         );
     }
 
@@ -361,7 +381,7 @@ impl Env {
         );
         self.post(
             &format!("{CAPI}/namespaces/{ns}/machines"),
-            machine(ns, md, name, gate),
+            machine(ns, &self.ty, md, name, gate),
         );
         if let Some(n) = node {
             self.set_node_ref(name, n);
@@ -458,7 +478,7 @@ impl Env {
         assert!(!n.is_null(), "no Node {name}");
         let old = n["status"]["conditions"]
             .as_array()
-            .and_then(|c| c.iter().find(|c| c["type"] == TY).cloned());
+            .and_then(|c| c.iter().find(|c| c["type"] == self.ty.as_str()).cloned());
         let ltt = match &old {
             Some(o) if o["status"] == status => o["lastTransitionTime"].clone(),
             _ => json!(heartbeat),
@@ -476,7 +496,7 @@ impl Env {
         self.annotate_desired(node, Some(&ann.to_string()));
         self.write_condition(
             node,
-            json!({"type":TY,"status":status,"reason":reason,"message":format!("the agent says {reason}"),
+            json!({"type":self.ty,"status":status,"reason":reason,"message":format!("the agent says {reason}"),
                 "lastHeartbeatTime":heartbeat,"lastTransitionTime":ltt}),
         );
     }
@@ -512,7 +532,7 @@ impl Env {
 
     /// The Machine's condition of our type: (status, reason, message, lastTransitionTime).
     pub fn condition(&self, machine: &str) -> Option<(String, String, String, String)> {
-        condition_of(&self.machine_obj(machine)?, TY)
+        condition_of(&self.machine_obj(machine)?, &self.ty)
     }
 
     pub fn status(&self, machine: &str) -> Option<String> {
@@ -602,11 +622,11 @@ fn infra(name: &str) -> Value {
     json!({"apiGroup":"infrastructure.cluster.x-k8s.io","kind":"TestMachine","name":name})
 }
 
-pub fn deployment(ns: &str, md: &str, mirror: bool, gate: bool, min_ready: u32) -> Value {
+pub fn deployment(ns: &str, ty: &str, md: &str, mirror: bool, gate: bool, min_ready: u32) -> Value {
     let mut spec = json!({"clusterName":CLUSTER,"bootstrap":{"configRef":{"apiGroup":"bootstrap.cluster.x-k8s.io","kind":"TalosConfigTemplate","name":md}},
         "infrastructureRef":{"apiGroup":"infrastructure.cluster.x-k8s.io","kind":"TestMachineTemplate","name":md},"minReadySeconds":min_ready});
     if gate {
-        spec["readinessGates"] = json!([{"conditionType":TY}]);
+        spec["readinessGates"] = json!([{"conditionType":ty}]);
     }
     let mut ann = json!({"cluster.x-k8s.io/paused":""});
     if mirror {
@@ -617,10 +637,10 @@ pub fn deployment(ns: &str, md: &str, mirror: bool, gate: bool, min_ready: u32) 
         "template":{"metadata":{"labels":{"cluster.x-k8s.io/deployment-name":md}},"spec":spec}}})
 }
 
-pub fn machine(ns: &str, md: &str, name: &str, gate: bool) -> Value {
+pub fn machine(ns: &str, ty: &str, md: &str, name: &str, gate: bool) -> Value {
     let mut spec = json!({"clusterName":CLUSTER,"bootstrap":{"dataSecretName":format!("{name}-boot")},"infrastructureRef":infra(name)});
     if gate {
-        spec["readinessGates"] = json!([{"conditionType":TY}]);
+        spec["readinessGates"] = json!([{"conditionType":ty}]);
     }
     json!({"apiVersion":MACHINE_AV,"kind":"Machine","metadata":{"name":name,"namespace":ns,
         "labels":{"cluster.x-k8s.io/cluster-name":CLUSTER,"cluster.x-k8s.io/deployment-name":md}},"spec":spec})

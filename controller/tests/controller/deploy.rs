@@ -398,7 +398,7 @@ fn the_controller_runs_under_the_rbac_deploy_grants() {
     );
 
     let mark = env.mgmt.audit_mark();
-    let ctl = Controller::spawn_env(
+    let ctl = env.controller_as(
         &sa_kubeconfig,
         &[
             "--leader-elect=true",
