@@ -246,12 +246,14 @@ fn machine_deployment(ns: &str, cluster: &str, md: &str) -> Value {
 const MERGE: &str = "application/merge-patch+json";
 const STRATEGIC: &str = "application/strategic-merge-patch+json";
 
+/// (namespace, machine, workload index, node)
+type Seat = (String, String, usize, String);
+
 struct World {
     mgmt: RealCluster,
     wl: Vec<RealCluster>,
     /// (namespace, machine, workload index, node)
     machines: Vec<(String, String, usize, String)>,
-    dir: tempfile::TempDir,
     secret_bytes: usize,
     node_bytes: usize,
 }
@@ -291,7 +293,6 @@ fn world() -> World {
         "scale: management (Cluster API's CRDs and webhooks) and {CLUSTERS} workload clusters up in {:.1} s",
         t.elapsed().as_secs_f64()
     );
-    let dir = tempfile::tempdir().unwrap();
     let mut machines = Vec::new();
     for (c, w) in wl.iter().enumerate() {
         let ns = format!("tenant-{c}");
@@ -303,11 +304,14 @@ fn world() -> World {
             &json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":ns}}),
         );
         // Paused: CAPI's managers admit (webhooks) and leave its objects be.
+        // CAPI's webhook refuses a Cluster with none of controlPlaneRef,
+        // infrastructureRef and topology (the stand-in took `spec: {}`).
         mgmt.write(
             "POST",
             &format!("/apis/cluster.x-k8s.io/v1beta2/namespaces/{ns}/clusters"),
             "application/json",
-            &json!({"apiVersion":AV,"kind":"Cluster","metadata":{"name":cluster,"namespace":ns},"spec":{"paused":true}}),
+            &json!({"apiVersion":AV,"kind":"Cluster","metadata":{"name":cluster,"namespace":ns},"spec":{"paused":true,
+                "infrastructureRef":{"apiGroup":"infrastructure.cluster.x-k8s.io","kind":"KubevirtCluster","name":cluster}}}),
         );
         let kubeconfig = std::fs::read_to_string(w.admin_kubeconfig()).unwrap();
         mgmt.write("POST", &format!("/api/v1/namespaces/{ns}/secrets"), "application/json",
@@ -335,8 +339,7 @@ fn world() -> World {
     let secret_bytes = std::sync::atomic::AtomicUsize::new(0);
     let node_bytes = std::sync::atomic::AtomicUsize::new(0);
     let seeded = std::sync::atomic::AtomicUsize::new(0);
-    let indexed: Vec<(usize, &(String, String, usize, String))> =
-        machines.iter().enumerate().collect();
+    let indexed: Vec<(usize, &Seat)> = machines.iter().enumerate().collect();
     each(&indexed, |(k, (ns, name, c, nname))| {
         let k = *k;
         let cluster = format!("c{c}");
@@ -369,7 +372,7 @@ fn world() -> World {
             &json!({"status": n["status"]}),
         );
         let done = seeded.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        if done % 250 == 0 {
+        if done.is_multiple_of(250) {
             eprintln!("scale: {done} Machines seeded");
         }
     });
@@ -377,7 +380,6 @@ fn world() -> World {
         mgmt,
         wl,
         machines,
-        dir,
         secret_bytes: secret_bytes.into_inner(),
         node_bytes: node_bytes.into_inner(),
     }
