@@ -12,7 +12,8 @@
 #                   client certificate (CN=system:node:NAME, O=system:nodes);
 #                   leaves DIR/nodes/NAME.kubeconfig (+ .crt/.key beside it)
 #   stop DIR        stop etcd, kube-apiserver, kube-controller-manager; keep
-#                   data, certificates and ports (an outage)
+#                   data, certificates and ports (an outage; the Cluster API
+#                   managers of `capi` keep running and reconnect)
 #   start DIR       start them again on the same ports, wait for /readyz
 #   down DIR        kill everything, remove the etcd data (idempotent)
 #   capi DIR [WORKLOAD]
@@ -150,14 +151,16 @@ kill_one() {
 	rm -f "$dir/pids/$1.pid"
 }
 
-# sweep: any etcd, kube-apiserver or kube-controller-manager whose command
-# line names DIR, e.g. one whose pid file was lost. Nothing else is touched.
+# sweep [managers]: any etcd, kube-apiserver or kube-controller-manager (and
+# with `managers`, capi-manager or cabpt-manager) whose command line names
+# DIR, e.g. one whose pid file was lost. Nothing else is touched.
 sweep() {
 	local p exe cmd
 	for p in /proc/[0-9]*; do
 		exe=$(readlink "$p/exe" 2>/dev/null) || continue
 		case ${exe##*/} in
-		etcd | kube-apiserver | kube-controller-manager | capi-manager | cabpt-manager) ;;
+		etcd | kube-apiserver | kube-controller-manager) ;;
+		capi-manager | cabpt-manager) [[ ${1:-} == managers ]] || continue ;;
 		*) continue ;;
 		esac
 		cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
@@ -166,12 +169,15 @@ sweep() {
 	done
 }
 
+# stop_all [managers]: the components (a `stop` leaves the Cluster API
+# managers running, as their pods would ride out an API server outage and
+# reconnect; `down` passes `managers`).
 stop_all() {
 	local i
 	for ((i = ${#components[@]} - 1; i >= 0; i--)); do
 		kill_one "${components[i]}"
 	done
-	sweep
+	sweep "${1:-}"
 }
 
 # listening_by PID PORT: PID holds a socket listening on 127.0.0.1:PORT.
@@ -591,13 +597,13 @@ cmd_down() {
 	if [[ ! -f $dir/control-plane.env ]]; then
 		# Nothing up here; still end anything a lost state left.
 		stop_managers
-		stop_all
+		stop_all managers
 		return 0
 	fi
 	load_env
 	bin=${SR_CONTROL_PLANE_BIN:-$BIN}
 	stop_managers
-	stop_all
+	stop_all managers
 	release_ports "$ETCD_CLIENT_PORT" "$ETCD_PEER_PORT" "$APISERVER_PORT" "$KCM_PORT"
 	[[ $ETCD_DATA == /dev/shm/sr-control-plane-etcd.* ]] && rm -rf "$ETCD_DATA"
 	rm -f "$dir/etcd" "$dir/control-plane.env" "$dir/.starting"

@@ -1,8 +1,9 @@
-//! Leader election against the test API server (which serves Leases):
-//! two controller processes, one writer at a time; failover after SIGKILL
-//! of the leader within 20 s (measured); the Lease released on SIGTERM
-//! and the process gone within 5 s; a leader that loses its Lease stops
-//! writing.
+//! Leader election on the real management server's Leases
+//! (coordination.k8s.io/v1, Cluster API running beside): two controller
+//! processes, each with a token of a ServiceAccount of its own, one writer
+//! at a time (by the audit log); failover after SIGKILL of the leader
+//! within 20 s (measured); the Lease released on SIGTERM and the process
+//! gone within 5 s; a leader that loses its Lease stops writing.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -14,36 +15,11 @@ use std::{
     time::{Duration, Instant},
 };
 
+use common::{by_controller, Env, CAPI};
 use serde_json::{json, Value};
-use test_api::{TestApiServer, User};
 
 const BIN: &str = env!("CARGO_BIN_EXE_sandbox-readiness-controller");
-const GATE: &str = "sandbox-readiness.io/SandboxReady";
 const LEASE: &str = "sandbox-readiness-controller";
-
-async fn server() -> TestApiServer {
-    TestApiServer::builder()
-        .token("admin-token", User::new("admin", &["system:masters"]))
-        .token("ctl-a-token", User::new("ctl-a", &["system:masters"]))
-        .token("ctl-b-token", User::new("ctl-b", &["system:masters"]))
-        .start()
-        .await
-        .unwrap()
-}
-
-fn machine(name: &str) -> Value {
-    json!({
-        "apiVersion": "cluster.x-k8s.io/v1beta2",
-        "kind": "Machine",
-        "metadata": {"name": name, "namespace": "default", "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
-        "spec": {
-            "clusterName": "c1",
-            "bootstrap": {"dataSecretName": "b"},
-            "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "X", "name": "x"},
-            "readinessGates": [{"conditionType": GATE}]
-        }
-    })
-}
 
 /// One controller process, killed on drop.
 struct Ctl {
@@ -52,9 +28,21 @@ struct Ctl {
 }
 
 impl Ctl {
-    fn start(srv: &TestApiServer, dir: &Path, who: &str) -> Ctl {
-        let kc = dir.join(format!("{who}.kubeconfig"));
-        std::fs::write(&kc, srv.kubeconfig_token(&format!("{who}-token"))).unwrap();
+    /// Replica `who` of the test's namespace: a ServiceAccount `who`
+    /// bound to cluster-admin, a token of it, the Lease in the namespace.
+    fn start(env: &Env, dir: &Path, who: &str) -> Ctl {
+        let ns = &env.ns;
+        let yaml = format!(
+            "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {who}, namespace: {ns}}}\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: {ns}-{who}}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}}\n\
+             subjects: [{{kind: ServiceAccount, name: {who}, namespace: {ns}}}]\n"
+        );
+        env.mgmt.kubectl_ok(&["apply", "-f", "-"], Some(&yaml));
+        let token = env.mgmt.service_account_token(ns, who);
+        let kc = env
+            .mgmt
+            .token_kubeconfig(&token, &dir.join(format!("{who}.kubeconfig")));
         let log = dir.join(format!("{who}.log"));
         let child = Command::new(BIN)
             .arg("--kubeconfig")
@@ -62,7 +50,9 @@ impl Ctl {
             .args([
                 "--leader-elect=true",
                 "--leader-elect-resource-namespace",
-                "default",
+                ns,
+                "--condition-type",
+                &env.ty,
             ])
             .env("POD_NAME", who)
             .env("SANDBOX_READINESS_LOG", "info")
@@ -91,11 +81,22 @@ impl Drop for Ctl {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- {}\n{}", self.log.display(), self.log());
+        }
     }
 }
 
-fn holder(srv: &TestApiServer) -> Option<String> {
-    srv.get("coordination.k8s.io/v1", "Lease", "default", LEASE)
+fn lease_path(env: &Env) -> String {
+    format!(
+        "/apis/coordination.k8s.io/v1/namespaces/{}/leases/{LEASE}",
+        env.ns
+    )
+}
+
+fn holder(env: &Env) -> Option<String> {
+    env.mgmt
+        .get(&lease_path(env))
         .and_then(|l| {
             l.pointer("/spec/holderIdentity")
                 .and_then(Value::as_str)
@@ -104,61 +105,82 @@ fn holder(srv: &TestApiServer) -> Option<String> {
         .filter(|h| !h.is_empty())
 }
 
-async fn wait_for<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+fn wait_for<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let start = Instant::now();
     loop {
         if let Some(v) = f() {
             return v;
         }
         assert!(start.elapsed() < within, "{what}: not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
-fn condition(srv: &TestApiServer, name: &str) -> Option<Value> {
-    srv.get("cluster.x-k8s.io/v1beta2", "Machine", "default", name)?
+fn condition(env: &Env, name: &str) -> Option<Value> {
+    env.mgmt
+        .get(&format!("{CAPI}/namespaces/{}/machines/{name}", env.ns))?
         .pointer("/status/conditions")?
         .as_array()?
         .iter()
-        .find(|c| c["type"] == GATE)
+        .find(|c| c["type"] == env.ty.as_str())
         .cloned()
 }
 
-/// (user, machine) of every Machine status write so far.
-fn status_writes(srv: &TestApiServer) -> Vec<(String, String)> {
-    srv.requests()
+/// A gated Machine of the test's Cluster, no node yet.
+fn machine(env: &Env, name: &str) {
+    env.machine("md-a", name, true, &[], None);
+}
+
+/// (replica, machine) of every Machine status write of the controllers the
+/// server accepted so far, from the audit log (the replica: its
+/// ServiceAccount's name). A 409 is no write: Cluster API's Machine
+/// controller writes the same new Machines (finalizer, conditions) while
+/// ours does.
+fn status_writes(env: &Env) -> Vec<(String, String)> {
+    let prefix = format!("system:serviceaccount:{}:", env.ns);
+    env.mgmt
+        .audit_writes(|e| {
+            by_controller(e)
+                && e["objectRef"]["resource"] == "machines"
+                && e["objectRef"]["subresource"] == "status"
+                && e["objectRef"]["namespace"] == env.ns.as_str()
+                && common::code(e) == 200
+        })
         .iter()
-        .filter_map(|r| {
-            let name = common::machine_status_write(r)?;
-            Some((r.user.clone().unwrap_or_default(), name.to_string()))
+        .map(|e| {
+            let user = e["user"]["username"].as_str().unwrap_or_default();
+            (
+                user.strip_prefix(&prefix).unwrap_or(user).to_string(),
+                e["objectRef"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
         })
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_writer_and_failover_after_sigkill() {
-    let srv = server().await;
+#[test]
+fn one_writer_and_failover_after_sigkill() {
+    let env = Env::start();
     let dir = tempfile::tempdir().unwrap();
-    srv.create(machine("m1")).unwrap();
-    let a = Ctl::start(&srv, dir.path(), "ctl-a");
+    machine(&env, "m1");
+    let a = Ctl::start(&env, dir.path(), "ctl-a");
     wait_for("ctl-a leads", Duration::from_secs(10), || {
-        (holder(&srv).as_deref() == Some("ctl-a")).then_some(())
-    })
-    .await;
-    let b = Ctl::start(&srv, dir.path(), "ctl-b");
+        (holder(&env).as_deref() == Some("ctl-a")).then_some(())
+    });
+    let b = Ctl::start(&env, dir.path(), "ctl-b");
     wait_for("m1 written", Duration::from_secs(10), || {
-        condition(&srv, "m1")
-    })
-    .await;
+        condition(&env, "m1")
+    });
     // Both are running and synced; give the standby rounds to misbehave in.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    srv.create(machine("m2")).unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    machine(&env, "m2");
     wait_for("m2 written", Duration::from_secs(10), || {
-        condition(&srv, "m2")
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let w = status_writes(&srv);
+        condition(&env, "m2")
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let w = status_writes(&env);
     assert_eq!(
         w,
         vec![
@@ -169,30 +191,28 @@ async fn one_writer_and_failover_after_sigkill() {
         a.log(),
         b.log()
     );
-    assert_eq!(holder(&srv).as_deref(), Some("ctl-a"));
+    assert_eq!(holder(&env).as_deref(), Some("ctl-a"));
 
     // SIGKILL: no release; the standby waits out the lease.
     a.signal("-KILL");
     let killed = Instant::now();
     wait_for("ctl-b takes over", Duration::from_secs(20), || {
-        (holder(&srv).as_deref() == Some("ctl-b")).then_some(())
-    })
-    .await;
+        (holder(&env).as_deref() == Some("ctl-b")).then_some(())
+    });
     let failover = killed.elapsed();
     eprintln!("failover after SIGKILL: {:.1} s", failover.as_secs_f64());
     assert!(
         failover <= Duration::from_secs(20),
         "failover took {failover:?}"
     );
-    srv.create(machine("m3")).unwrap();
+    machine(&env, "m3");
     wait_for(
         "m3 written by the new leader",
         Duration::from_secs(5),
-        || condition(&srv, "m3"),
-    )
-    .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let w = status_writes(&srv);
+        || condition(&env, "m3"),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let w = status_writes(&env);
     assert_eq!(
         w.len(),
         3,
@@ -202,25 +222,24 @@ async fn one_writer_and_failover_after_sigkill() {
     assert_eq!(w[2], ("ctl-b".to_string(), "m3".to_string()));
     // The conditions written before the failover were not touched again.
     assert_eq!(
-        condition(&srv, "m1").unwrap()["reason"],
+        condition(&env, "m1").unwrap()["reason"],
         "NodeNotYetAssigned"
     );
     drop(b);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_releases_the_lease_and_exits_within_5s() {
-    let srv = server().await;
+#[test]
+fn sigterm_releases_the_lease_and_exits_within_5s() {
+    let env = Env::start();
     let dir = tempfile::tempdir().unwrap();
-    let mut a = Ctl::start(&srv, dir.path(), "ctl-a");
+    let mut a = Ctl::start(&env, dir.path(), "ctl-a");
     wait_for("ctl-a leads", Duration::from_secs(10), || {
-        (holder(&srv).as_deref() == Some("ctl-a")).then_some(())
-    })
-    .await;
-    let b = Ctl::start(&srv, dir.path(), "ctl-b");
-    tokio::time::sleep(Duration::from_secs(3)).await;
+        (holder(&env).as_deref() == Some("ctl-a")).then_some(())
+    });
+    let b = Ctl::start(&env, dir.path(), "ctl-b");
+    std::thread::sleep(Duration::from_secs(3));
     assert_eq!(
-        holder(&srv).as_deref(),
+        holder(&env).as_deref(),
         Some("ctl-a"),
         "the standby does not take a held lease"
     );
@@ -228,19 +247,17 @@ async fn sigterm_releases_the_lease_and_exits_within_5s() {
     let sent = Instant::now();
     let status = wait_for("ctl-a exits", Duration::from_secs(5), || {
         a.child.try_wait().unwrap()
-    })
-    .await;
+    });
     let exited = sent.elapsed();
     assert!(status.success(), "{status:?}\n{}", a.log());
     assert!(a.log().contains("lease released"), "{}", a.log());
     // Released (empty holder) or already taken by the standby.
-    assert_ne!(holder(&srv).as_deref(), Some("ctl-a"));
+    assert_ne!(holder(&env).as_deref(), Some("ctl-a"));
     wait_for(
         "ctl-b takes the released lease",
         Duration::from_secs(5),
-        || (holder(&srv).as_deref() == Some("ctl-b")).then_some(()),
-    )
-    .await;
+        || (holder(&env).as_deref() == Some("ctl-b")).then_some(()),
+    );
     let takeover = sent.elapsed();
     eprintln!(
         "SIGTERM: exited after {:.2} s; standby leading {:.2} s after the signal",
@@ -250,44 +267,51 @@ async fn sigterm_releases_the_lease_and_exits_within_5s() {
     drop(b);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_that_loses_its_lease_stops_writing() {
-    let srv = server().await;
+#[test]
+fn a_leader_that_loses_its_lease_stops_writing() {
+    let env = Env::start();
     let dir = tempfile::tempdir().unwrap();
-    let a = Ctl::start(&srv, dir.path(), "ctl-a");
+    let a = Ctl::start(&env, dir.path(), "ctl-a");
     wait_for("ctl-a leads", Duration::from_secs(10), || {
-        (holder(&srv).as_deref() == Some("ctl-a")).then_some(())
-    })
-    .await;
+        (holder(&env).as_deref() == Some("ctl-a")).then_some(())
+    });
     // Someone else takes the Lease (as a replica that won a partition).
-    let mut l = srv
-        .get("coordination.k8s.io/v1", "Lease", "default", LEASE)
-        .unwrap();
+    let mut l = env.mgmt.get(&lease_path(&env)).unwrap();
     let now = "2030-01-01T00:00:00.000000Z";
     l["spec"]["holderIdentity"] = json!("intruder");
     l["spec"]["renewTime"] = json!(now);
     l["spec"]["acquireTime"] = json!(now);
-    srv.put(l).unwrap();
+    // Guarded by the resourceVersion read: the leader's renewal in between
+    // makes this a 409, and the test reads again.
+    while let Err((code, why)) =
+        env.mgmt
+            .try_write("PUT", &lease_path(&env), "application/json", &l)
+    {
+        assert_eq!(code, 409, "{why}");
+        l = env.mgmt.get(&lease_path(&env)).unwrap();
+        l["spec"]["holderIdentity"] = json!("intruder");
+        l["spec"]["renewTime"] = json!(now);
+        l["spec"]["acquireTime"] = json!(now);
+    }
     // One retry period (2 s, jitter 1.2) is when it looks again.
-    tokio::time::sleep(Duration::from_millis(2600)).await;
+    std::thread::sleep(Duration::from_millis(2600));
     assert!(a.log().contains("lost the lease"), "{}", a.log());
-    srv.create(machine("m1")).unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    machine(&env, "m1");
+    std::thread::sleep(Duration::from_secs(3));
     assert_eq!(
-        status_writes(&srv),
+        status_writes(&env),
         vec![],
         "no write after the lease was lost\n{}",
         a.log()
     );
-    assert_eq!(holder(&srv).as_deref(), Some("intruder"));
+    assert_eq!(holder(&env).as_deref(), Some("intruder"));
     // The intruder never renews: after its 15 s the leader takes the
     // Lease back and writes what it held back.
     wait_for(
         "ctl-a leads again and writes m1",
         Duration::from_secs(20),
-        || condition(&srv, "m1"),
-    )
-    .await;
-    assert_eq!(holder(&srv).as_deref(), Some("ctl-a"));
-    assert_eq!(status_writes(&srv).len(), 1);
+        || condition(&env, "m1"),
+    );
+    assert_eq!(holder(&env).as_deref(), Some("ctl-a"));
+    assert_eq!(status_writes(&env).len(), 1);
 }

@@ -34,12 +34,26 @@ use std::{
 use serde_json::Value;
 
 static SHARED: OnceLock<Result<RealCluster, String>> = OnceLock::new();
+/// More shared clusters of one test binary, by role (a management and a
+/// workload cluster): each started once, by the first test that asks.
+#[allow(clippy::type_complexity)]
+static ROLES: Mutex<Vec<(&'static str, &'static OnceLock<Result<RealCluster, String>>)>> =
+    Mutex::new(Vec::new());
 /// Node names and namespaces are unique within the test process (the
 /// shared cluster lives as long as it).
 static UNIQUE: AtomicU32 = AtomicU32::new(0);
 
+/// The repository's top: the crate including this file may be a member
+/// of the workspace (the controller's tests include it by path).
 fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    static TOP: OnceLock<PathBuf> = OnceLock::new();
+    TOP.get_or_init(|| {
+        let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+        here.ancestors()
+            .find(|d| d.join("scripts/control-plane.sh").is_file())
+            .unwrap_or(here)
+            .to_path_buf()
+    })
 }
 
 fn script(name: &str) -> PathBuf {
@@ -99,6 +113,29 @@ impl RealCluster {
         match SHARED.get_or_init(|| RealCluster::up(false)) {
             Ok(c) => c,
             Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// The shared cluster of role `role` (e.g. "management", "workload"):
+    /// one per role and test binary, started by the first test that asks,
+    /// in parallel with the other roles'. Fails the test when it cannot
+    /// start.
+    pub fn shared_as(role: &'static str) -> &'static RealCluster {
+        let cell = {
+            let mut roles = ROLES.lock().unwrap();
+            match roles.iter().find(|(r, _)| *r == role) {
+                Some((_, c)) => *c,
+                None => {
+                    let c: &'static OnceLock<Result<RealCluster, String>> =
+                        Box::leak(Box::new(OnceLock::new()));
+                    roles.push((role, c));
+                    c
+                }
+            }
+        };
+        match cell.get_or_init(|| RealCluster::up(false)) {
+            Ok(c) => c,
+            Err(e) => panic!("{role} cluster: {e}"),
         }
     }
 
@@ -357,6 +394,28 @@ impl RealCluster {
         let sum = ring::digest::digest(&ring::digest::SHA256, der.as_ref());
         let hex: String = sum.as_ref().iter().map(|b| format!("{b:02x}")).collect();
         (kubeconfig, hex)
+    }
+
+    /// A token of ServiceAccount `ns/name` from the TokenRequest API (as a
+    /// projected token a pod gets), valid for an hour.
+    pub fn service_account_token(&self, ns: &str, name: &str) -> String {
+        self.kubectl_ok(&["-n", ns, "create", "token", name, "--duration=1h"], None)
+            .trim()
+            .to_string()
+    }
+
+    /// A kubeconfig at `path` for this server with `token` as its bearer
+    /// token (the CA inline, as a Secret's kubeconfig must carry it).
+    pub fn token_kubeconfig(&self, token: &str, path: &Path) -> PathBuf {
+        use base64::Engine as _;
+        let ca = std::fs::read(self.dir.join("ca.crt")).unwrap();
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority-data: {}\nusers:\n- name: u\n  user:\n    token: {token}\ncontexts:\n- name: u@c\n  context: {{cluster: c, user: u}}\ncurrent-context: u@c\n",
+            self.server_url(),
+            base64::engine::general_purpose::STANDARD.encode(ca),
+        );
+        std::fs::write(path, text).unwrap();
+        path.to_path_buf()
     }
 
     /// The pinned kubectl as the admin, its own cache dir, no in-cluster

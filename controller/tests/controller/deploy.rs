@@ -8,8 +8,9 @@
 //! k8s-openapi 0.29 (v1_37) typed structs (read in and written back: the
 //! same JSON). The Deployment holds what
 //! the README promises; and the controller runs under exactly the RBAC
-//! deploy/ grants (the test API server loads the rendered ClusterRole,
-//! Role and bindings): a missing permission fails this test.
+//! deploy/ grants (deploy/ applied to the real management cluster with
+//! the pinned kubectl, the controller with its ServiceAccount's token): a
+//! missing permission fails this test.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -28,8 +29,6 @@ use k8s_openapi::{
 use serde_json::{json, Value};
 
 use common::*;
-
-const SA_TOKEN: &str = "controller-sa-token";
 
 /// Read into the typed struct and back: unknown fields are dropped by the
 /// typed read, so any difference is a field the schema does not have.
@@ -372,10 +371,14 @@ fn manifests_render_and_match_the_upstream_schema() {
     assert_eq!(secrets["verbs"], json!(["get"]));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_controller_runs_under_the_rbac_deploy_grants() {
-    let env = Env::start_rbac(&[SA_TOKEN]).await;
-    let sa_kubeconfig = env.mgmt_kubeconfig.clone();
+/// deploy/ applied for real on the management cluster (`kubectl apply -k
+/// deploy/`), the controller run with a token of its ServiceAccount: the
+/// real RBAC authorizer decides every request.
+#[test]
+fn the_controller_runs_under_the_rbac_deploy_grants() {
+    let env = Env::start();
+    apply_deploy(&env.mgmt);
+    let sa_kubeconfig = sa_kubeconfig(&env.mgmt, env.dir.path(), "replica-a");
     let sysctl = ("user.max_user_namespaces", "11255");
     env.deployment("md-a", false, true, 0);
     env.node("w1");
@@ -383,7 +386,7 @@ async fn the_controller_runs_under_the_rbac_deploy_grants() {
     env.agent_writes("w1", "True", "Converged", &[sysctl]);
 
     // The server enforces: what deploy/ does not grant is refused.
-    let out = Command::new("kubectl")
+    let out = Command::new(kubectl_bin())
         .arg("--kubeconfig")
         .arg(&sa_kubeconfig)
         .args(["get", "secrets", "-A"])
@@ -394,57 +397,51 @@ async fn the_controller_runs_under_the_rbac_deploy_grants() {
         "{out:?}"
     );
 
-    env.mgmt.clear_requests();
-    let ctl = env.controller(&[
-        "--leader-elect=true",
-        "--leader-elect-resource-namespace",
-        DEPLOY_NS,
-    ]);
-    env.wait_status("m1", "True", Duration::from_secs(20)).await;
+    let mark = env.mgmt.audit_mark();
+    let ctl = env.controller_as(
+        &sa_kubeconfig,
+        &[
+            "--leader-elect=true",
+            "--leader-elect-resource-namespace",
+            DEPLOY_NS,
+        ],
+        &[("POD_NAME", "replica-a")],
+    );
+    env.wait_status("m1", "True", Duration::from_secs(30));
     env.agent_writes("w1", "False", "SysctlMismatch", &[sysctl]);
-    env.wait_status("m1", "False", Duration::from_secs(10))
-        .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    env.wait_status("m1", "False", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(500));
     let lease = env
         .mgmt
-        .get(
-            "coordination.k8s.io/v1",
-            "Lease",
-            DEPLOY_NS,
-            "sandbox-readiness-controller",
-        )
-        .unwrap();
-    assert!(
-        lease["spec"]["holderIdentity"]
-            .as_str()
-            .is_some_and(|h| !h.is_empty()),
-        "{lease}"
-    );
+        .get(&format!(
+            "/apis/coordination.k8s.io/v1/namespaces/{DEPLOY_NS}/leases/sandbox-readiness-controller"
+        ))
+        .expect("no Lease");
+    assert_eq!(lease["spec"]["holderIdentity"], "replica-a", "{lease}");
     assert!(
         !env.events("m1").is_empty(),
         "no Event recorded\n{}",
         ctl.log()
     );
-    let denied: Vec<String> = env
-        .mgmt
-        .requests()
-        .into_iter()
-        .filter(|r| r.user.as_deref() == Some(SA_USER) && r.status == 403)
-        .map(|r| format!("{} {}", r.method, r.path))
-        .collect();
-    let by_controller = env
-        .mgmt
-        .requests()
+    // Every write the controller made was the ServiceAccount's, and none
+    // was refused; its reads cannot be seen in the audit log (writes only),
+    // but a refused list or watch would have kept the Machine from True
+    // and False, and is logged.
+    let writes = env.mgmt.audit_writes_since(mark, by_controller);
+    assert!(writes.len() >= 3, "{writes:#?}");
+    for w in &writes {
+        assert_eq!(w["user"]["username"], SA_USER, "{w:#}");
+    }
+    let denied: Vec<String> = writes
         .iter()
-        .filter(|r| r.user.as_deref() == Some(SA_USER))
-        .count();
-    assert!(
-        by_controller > 5,
-        "the controller did not run as the ServiceAccount"
-    );
+        .filter(|w| code(w) == 403)
+        .map(|w| format!("{} {}", w["verb"], w["requestURI"]))
+        .collect();
     assert!(
         denied.is_empty(),
         "the controller needed what deploy/ does not grant: {denied:?}\n{}",
         ctl.log()
     );
+    let log = ctl.log();
+    assert!(!log.contains("forbidden"), "{log}");
 }
