@@ -35,7 +35,8 @@
 # server trusts for client certificates: mint more with it), pki/ (the rest:
 # front-proxy-ca.crt, front-proxy-client.{crt,key} for a proxy that forwards
 # X-Remote-User/X-Remote-Group/X-Remote-Extra-*, sa.{key,pub}, serving and
-# controller-manager certificates), audit.log (every write, level Request),
+# controller-manager certificates), audit.log (every write, level Request;
+# every Secret read, level Metadata),
 # audit-policy.yaml, control-plane.env (ports, URLs: source it),
 # pids/*.pid, logs/{etcd,kube-apiserver,kube-controller-manager}.log,
 # etcd -> the data dir on /dev/shm.
@@ -344,6 +345,10 @@ rules:
 # Every write, with its request body (a patch's body is the patch).
 - level: Request
   verbs: ["create", "update", "patch", "delete", "deletecollection"]
+# Every read of a Secret, without its content: who read which Secret.
+- level: Metadata
+  resources: [{group: "", resources: ["secrets"]}]
+  verbs: ["get", "list", "watch"]
 - level: None
 EOF
 }

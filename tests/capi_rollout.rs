@@ -358,6 +358,39 @@ fn a_rollout_to_the_userns_sysctl_waits_for_each_new_nodes_verdict() {
         2,
         "the old nodes were not stopped by their finalizer: {record:?}"
     );
+    // The pool's sysctls came from its TalosConfigTemplates: the only
+    // Secret the controller read is the workload kubeconfig, though CABPT
+    // rendered a bootstrap-data Secret (a whole machine config) per Machine.
+    let reads: Vec<String> = pool
+        .mgmt
+        .secret_reads()
+        .iter()
+        .filter(|e| {
+            e["userAgent"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("sandbox-readiness-controller/"))
+        })
+        .map(|e| e["objectRef"]["name"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert!(!reads.is_empty(), "the controller read no Secret at all");
+    assert!(
+        reads.iter().all(|n| n == "c1-kubeconfig"),
+        "the controller read other Secrets: {reads:?}"
+    );
+    let bootstrap_secrets = pool
+        .mgmt
+        .get(&format!("/api/v1/namespaces/{}/secrets", pool.ns))
+        .unwrap()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["type"] == "cluster.x-k8s.io/secret" && s["metadata"]["name"] != "c1-kubeconfig")
+        .count();
+    assert!(bootstrap_secrets >= 2, "CABPT rendered no bootstrap data");
+    eprintln!(
+        "the controller's Secret reads: {} of c1-kubeconfig, none of the {bootstrap_secrets} others",
+        reads.len()
+    );
 }
 
 /// 2. A template whose nodes ignore the sysctl: the rollout stalls (no old

@@ -540,13 +540,36 @@ impl RealCluster {
             .unwrap_or(Value::Null)
     }
 
-    /// Every write the audit log holds so far (ResponseComplete events).
-    pub fn audit(&self) -> Vec<AuditEvent> {
+    /// Every event the audit log holds so far (ResponseComplete).
+    fn audit_events(&self) -> Vec<AuditEvent> {
         let text = std::fs::read_to_string(self.dir.join("audit.log")).unwrap_or_default();
         // The last line may be half written: only whole JSON lines count.
         text.lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
             .filter(|e| e["stage"] == "ResponseComplete")
+            .collect()
+    }
+
+    /// Every write the audit log holds so far.
+    pub fn audit(&self) -> Vec<AuditEvent> {
+        let writes = ["create", "update", "patch", "delete", "deletecollection"];
+        self.audit_events()
+            .into_iter()
+            .filter(|e| e["verb"].as_str().is_some_and(|v| writes.contains(&v)))
+            .collect()
+    }
+
+    /// Every read of a Secret so far (`get`, `list`, `watch`; the policy
+    /// logs them at level Metadata: who read which Secret, never its data).
+    pub fn secret_reads(&self) -> Vec<AuditEvent> {
+        self.audit_events()
+            .into_iter()
+            .filter(|e| {
+                e["objectRef"]["resource"] == "secrets"
+                    && e["verb"]
+                        .as_str()
+                        .is_some_and(|v| ["get", "list", "watch"].contains(&v))
+            })
             .collect()
     }
 

@@ -370,6 +370,25 @@ impl Env {
         node: Option<&str>,
     ) {
         let ns = &self.ns;
+        // What the controller reads of the pool: the TalosConfigTemplate
+        // the Machine's TalosConfig was cloned from (as CAPI's MachineSet
+        // controller clones it). The rendered Secret is CAPI's, never read
+        // by the controller.
+        let cfg = machine_config(sysctls);
+        self.post(
+            &format!("{BOOTSTRAP}/namespaces/{ns}/talosconfigtemplates"),
+            json!({"apiVersion":BOOTSTRAP_AV,"kind":"TalosConfigTemplate",
+                "metadata":{"name":format!("{name}-tct"),"namespace":ns},
+                "spec":{"template":{"spec":{"generateType":"none","talosVersion":"v1.11","data":cfg}}}}),
+        );
+        self.post(
+            &format!("{BOOTSTRAP}/namespaces/{ns}/talosconfigs"),
+            json!({"apiVersion":BOOTSTRAP_AV,"kind":"TalosConfig",
+                "metadata":{"name":format!("{name}-tc"),"namespace":ns,"annotations":{
+                    "cluster.x-k8s.io/cloned-from-name":format!("{name}-tct"),
+                    "cluster.x-k8s.io/cloned-from-groupkind":"TalosConfigTemplate.bootstrap.cluster.x-k8s.io"}},
+                "spec":{"generateType":"none","talosVersion":"v1.11","data":cfg}}),
+        );
         self.post(
             &format!("/api/v1/namespaces/{ns}/secrets"),
             boot_secret(ns, &format!("{name}-boot"), sysctls),
@@ -638,7 +657,9 @@ pub fn deployment(ns: &str, ty: &str, md: &str, mirror: bool, gate: bool, min_re
 }
 
 pub fn machine(ns: &str, ty: &str, md: &str, name: &str, gate: bool) -> Value {
-    let mut spec = json!({"clusterName":CLUSTER,"bootstrap":{"dataSecretName":format!("{name}-boot")},"infrastructureRef":infra(name)});
+    let mut spec = json!({"clusterName":CLUSTER,"bootstrap":{"dataSecretName":format!("{name}-boot"),
+        "configRef":{"apiGroup":"bootstrap.cluster.x-k8s.io","kind":"TalosConfig","name":format!("{name}-tc")}},
+        "infrastructureRef":infra(name)});
     if gate {
         spec["readinessGates"] = json!([{"conditionType":ty}]);
     }
@@ -646,9 +667,12 @@ pub fn machine(ns: &str, ty: &str, md: &str, name: &str, gate: bool) -> Value {
         "labels":{"cluster.x-k8s.io/cluster-name":CLUSTER,"cluster.x-k8s.io/deployment-name":md}},"spec":spec})
 }
 
-/// The bootstrap data Secret CABPT writes: the whole machine config under
-/// `value` (with a token and a CA key, as real ones carry).
-pub fn boot_secret(ns: &str, name: &str, sysctls: &[(&str, &str)]) -> Value {
+pub const BOOTSTRAP: &str = "/apis/bootstrap.cluster.x-k8s.io/v1alpha3";
+pub const BOOTSTRAP_AV: &str = "bootstrap.cluster.x-k8s.io/v1alpha3";
+
+/// A whole machine config setting `sysctls` (with a token and a CA key, as
+/// real ones carry).
+pub fn machine_config(sysctls: &[(&str, &str)]) -> String {
     let mut cfg = String::from("version: v1alpha1\nmachine:\n  type: worker\n  token: SECRET-TOKEN-abcdef\n  ca:\n    crt: Q0VSVA==\n    key: U0VDUkVULUtFWQ==\n");
     if !sysctls.is_empty() {
         cfg.push_str("  sysctls:\n");
@@ -657,6 +681,13 @@ pub fn boot_secret(ns: &str, name: &str, sysctls: &[(&str, &str)]) -> Value {
         }
     }
     cfg.push_str("cluster:\n  controlPlane:\n    endpoint: https://127.0.0.1:6443\n");
+    cfg
+}
+
+/// The bootstrap data Secret CABPT writes: the whole machine config under
+/// `value`.
+pub fn boot_secret(ns: &str, name: &str, sysctls: &[(&str, &str)]) -> Value {
+    let cfg = machine_config(sysctls);
     json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":name,"namespace":ns,
         "labels":{"cluster.x-k8s.io/cluster-name":CLUSTER}},
         "type":"cluster.x-k8s.io/secret","data":{"value":b64(&cfg),"format":b64("cloud-config")}})

@@ -297,7 +297,9 @@ fn a_kubeconfig_secret_that_runs_a_command_is_refused_with_one_line() {
     let ctl = env.controller(&["--secret-resync", "1s"]);
     env.wait_status("m1", "Unknown", Duration::from_secs(30));
     let c = env.condition("m1").unwrap();
-    assert_eq!(c.1, "ConditionNotYetReported", "{c:?}");
+    // A refusal has a reason of its own (not "not yet reported"): the
+    // tenant's Secret is wrong, and waiting will not fix it.
+    assert_eq!(c.1, "WorkloadKubeconfigRefused", "{c:?}");
     assert!(c.2.contains("exec"), "{c:?}");
     assert!(!marker.exists(), "the kubeconfig's command ran");
     std::thread::sleep(Duration::from_secs(3));
