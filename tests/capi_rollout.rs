@@ -377,16 +377,22 @@ fn a_rollout_to_the_userns_sysctl_waits_for_each_new_nodes_verdict() {
         reads.iter().all(|n| n == "c1-kubeconfig"),
         "the controller read other Secrets: {reads:?}"
     );
-    let bootstrap_secrets = pool
+    let secrets = pool
         .mgmt
         .get(&format!("/api/v1/namespaces/{}/secrets", pool.ns))
-        .unwrap()["items"]
+        .unwrap();
+    let others: Vec<&str> = secrets["items"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|s| s["type"] == "cluster.x-k8s.io/secret" && s["metadata"]["name"] != "c1-kubeconfig")
-        .count();
-    assert!(bootstrap_secrets >= 2, "CABPT rendered no bootstrap data");
+        .filter_map(|s| s["metadata"]["name"].as_str())
+        .filter(|n| *n != "c1-kubeconfig")
+        .collect();
+    let bootstrap_secrets = others.len();
+    assert!(
+        bootstrap_secrets >= 2,
+        "CABPT rendered no bootstrap data: {others:?}"
+    );
     eprintln!(
         "the controller's Secret reads: {} of c1-kubeconfig, none of the {bootstrap_secrets} others",
         reads.len()
