@@ -806,7 +806,10 @@ fn paused_machines_insecure_kubeconfigs_negative_gates_and_big_nodes() {
         })
         .collect::<Vec<_>>()
         .join("\n");
-    assert!(insecure.contains("insecure-skip-tls-verify: true"), "{insecure}");
+    assert!(
+        insecure.contains("insecure-skip-tls-verify: true"),
+        "{insecure}"
+    );
     let mgmt = pool.mgmt.clone();
     let set_secret = |value: &str| {
         mgmt.write(
@@ -842,7 +845,9 @@ fn paused_machines_insecure_kubeconfigs_negative_gates_and_big_nodes() {
     );
     let writes = pool.mgmt.audit_writes_since(mark, ours);
     assert!(
-        writes.iter().all(|e| e["objectRef"]["name"] != paused.as_str()),
+        writes
+            .iter()
+            .all(|e| e["objectRef"]["name"] != paused.as_str()),
         "a paused Machine was written: {writes:#?}"
     );
     // Unpaused, it gets what its neighbour has.
@@ -912,7 +917,10 @@ fn paused_machines_insecure_kubeconfigs_negative_gates_and_big_nodes() {
         .map(|e| e["regarding"]["name"].as_str().unwrap_or("").to_string())
         .collect();
     for m in &machines {
-        assert!(warned.contains(m), "no GatePolarityNegative Event for {m}: {events:#}");
+        assert!(
+            warned.contains(m),
+            "no GatePolarityNegative Event for {m}: {events:#}"
+        );
     }
     let metrics = http_get(metrics_port, "/metrics");
     assert!(
@@ -951,7 +959,11 @@ fn paused_machines_insecure_kubeconfigs_negative_gates_and_big_nodes() {
             .is_some_and(|n| n >= 2.0)
     };
     while !reconciled() || machines.iter().any(|m| !pool.gate_is(m, "True")) {
-        assert!(listed.elapsed() < Duration::from_secs(60), "{}", pool.diagnose());
+        assert!(
+            listed.elapsed() < Duration::from_secs(60),
+            "{}",
+            pool.diagnose()
+        );
         std::thread::sleep(Duration::from_millis(250));
     }
     std::thread::sleep(Duration::from_secs(5));
@@ -986,7 +998,13 @@ fn paused_machines_insecure_kubeconfigs_negative_gates_and_big_nodes() {
     pool.start_controller_with(&["--http-listen", &format!("127.0.0.1:{metrics_port}")]);
     let pid = pool.controller.as_ref().unwrap().0.id();
     for m in &machines {
-        wait_gate(&pool, m, "False", Some("DesiredStateNotChecked"), Duration::from_secs(90));
+        wait_gate(
+            &pool,
+            m,
+            "False",
+            Some("DesiredStateNotChecked"),
+            Duration::from_secs(90),
+        );
     }
     let message = pool.machine(&machines[0]).unwrap()["status"]["conditions"]
         .as_array()
@@ -1002,18 +1020,29 @@ fn paused_machines_insecure_kubeconfigs_negative_gates_and_big_nodes() {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap();
-    eprintln!("controller peak RSS with 122 Nodes of 1 MiB annotations (fault proxy): {hwm_kib} KiB");
-    assert!(hwm_kib < 128 * 1024, "peak RSS {hwm_kib} KiB over the 128 MiB limit");
+    eprintln!(
+        "controller peak RSS with 122 Nodes of 1 MiB annotations (fault proxy): {hwm_kib} KiB"
+    );
+    assert!(
+        hwm_kib < 128 * 1024,
+        "peak RSS {hwm_kib} KiB over the 128 MiB limit"
+    );
 }
 
 /// A plain HTTP/1.1 GET on loopback: the body.
 fn http_get(port: u16, path: &str) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
-    out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or(out)
+    out.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or(out)
 }
 
 /// [`http_get`], or nothing while the port is not yet listening.

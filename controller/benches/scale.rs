@@ -416,12 +416,20 @@ fn unpause(mgmt: &RealCluster, clusters: usize) {
             let _ = Command::new("kill").arg(pid.trim()).status();
         }
     }
-    for kind in ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"] {
+    for kind in [
+        "validatingwebhookconfigurations",
+        "mutatingwebhookconfigurations",
+    ] {
         let base = format!("/apis/admissionregistration.k8s.io/v1/{kind}");
         let list = mgmt.get(&base).unwrap();
         for w in list["items"].as_array().into_iter().flatten() {
             let name = w["metadata"]["name"].as_str().unwrap();
-            mgmt.write("DELETE", &format!("{base}/{name}"), "application/json", &json!({}));
+            mgmt.write(
+                "DELETE",
+                &format!("{base}/{name}"),
+                "application/json",
+                &json!({}),
+            );
         }
     }
     for c in 0..clusters {

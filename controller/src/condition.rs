@@ -251,12 +251,13 @@ pub fn recheck_in(
                 .and_then(|hb| until(hb + stale_after));
             // A True condition waiting for its annotation or its pool:
             // the reader's grace, or the pool's next read.
-            let waiting = match sandbox_readiness::nodestatus::read::judge(reading, now, stale_after, pool) {
-                Judged::PoolNotYetKnown | Judged::NoAnnotation { fresh: true } => {
-                    Some(Duration::from_secs(2))
-                }
-                _ => None,
-            };
+            let waiting =
+                match sandbox_readiness::nodestatus::read::judge(reading, now, stale_after, pool) {
+                    Judged::PoolNotYetKnown | Judged::NoAnnotation { fresh: true } => {
+                        Some(Duration::from_secs(2))
+                    }
+                    _ => None,
+                };
             match (stale, waiting) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -339,7 +340,11 @@ fn node_decision(
     let message = if c.message.is_empty() {
         format!("Node {}", clean_line(node))
     } else {
-        format!("Node {}: {}", clean_line(node), clean_capped(&c.message, MAX_MESSAGE))
+        format!(
+            "Node {}: {}",
+            clean_line(node),
+            clean_capped(&c.message, MAX_MESSAGE)
+        )
     };
     let fallback = match c.status {
         Status::True => NODE_READY_FALLBACK,
@@ -701,7 +706,13 @@ mod tests {
         assert_eq!(recheck_in(&long, true, now, STALE), None);
         assert_eq!(recheck_in(&NodeSeen::NoNodeRef, true, now, STALE), None);
         // The pool not yet read: look again soon.
-        assert!(recheck_in(&node(True, "R", Some(9_999), D::NotYetKnown), true, now, STALE).is_some());
+        assert!(recheck_in(
+            &node(True, "R", Some(9_999), D::NotYetKnown),
+            true,
+            now,
+            STALE
+        )
+        .is_some());
     }
 
     #[test]
@@ -717,9 +728,15 @@ mod tests {
         let Decision::Write(v) = d else {
             panic!("{d:?}")
         };
-        assert_eq!((v.status, v.reason.as_str()), (Status::Unknown, WORKLOAD_KUBECONFIG_REFUSED));
+        assert_eq!(
+            (v.status, v.reason.as_str()),
+            (Status::Unknown, WORKLOAD_KUBECONFIG_REFUSED)
+        );
         let v = negative_gate("sandbox-readiness.io/SandboxReady");
-        assert_eq!((v.status, v.reason.as_str()), (Status::Unknown, GATE_POLARITY_NEGATIVE));
+        assert_eq!(
+            (v.status, v.reason.as_str()),
+            (Status::Unknown, GATE_POLARITY_NEGATIVE)
+        );
         assert!(valid_reason(&v.reason) && valid_reason(WORKLOAD_KUBECONFIG_REFUSED));
         assert!(v.message.contains("polarity to Positive"), "{}", v.message);
     }

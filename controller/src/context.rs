@@ -130,7 +130,9 @@ impl Context {
     pub fn current(&self, k: &Key, cached: &DynamicObject) -> DynamicObject {
         let mut w = lock(&self.written);
         match w.get(k) {
-            Some((before, after)) if cached.resource_version().as_deref() == Some(before.as_str()) => {
+            Some((before, after))
+                if cached.resource_version().as_deref() == Some(before.as_str()) =>
+            {
                 after.clone()
             }
             Some(_) => {
@@ -182,7 +184,9 @@ impl Context {
             .clusters
             .state()
             .iter()
-            .filter(|c| machine::cluster_paused(&serde_json::to_value(c.as_ref()).unwrap_or(Value::Null)))
+            .filter(|c| {
+                machine::cluster_paused(&serde_json::to_value(c.as_ref()).unwrap_or(Value::Null))
+            })
             .map(|c| key(c))
             .collect();
         let mut g = Gauges::default();

@@ -75,7 +75,10 @@ pub fn contract_version(labels: &std::collections::BTreeMap<String, String>) -> 
 /// What a template or a TalosConfig reduces to: its desired sysctls, or
 /// the desired-state library's one-line reason (which quotes nothing of
 /// the text). Pure.
-pub fn reduce(o: &Value, origin: &str) -> Result<sandbox_readiness::proto::v1::DesiredState, String> {
+pub fn reduce(
+    o: &Value,
+    origin: &str,
+) -> Result<sandbox_readiness::proto::v1::DesiredState, String> {
     let text = serde_json::to_string(o).map_err(|e| format!("{origin}: {e}"))?;
     sandbox_readiness::desired::parse_pool(&text, origin, None)
         .map(|p| p.desired())
@@ -93,7 +96,9 @@ fn reduce_in_place(o: &mut DynamicObject) {
     );
     let whole = serde_json::to_value(&*o).unwrap_or(Value::Null);
     o.data = match reduce(&whole, &origin) {
-        Ok(d) => json!({"sysctls": d.sysctls.iter().map(|s| (s.name.clone(), json!(s.value))).collect::<serde_json::Map<_, _>>()}),
+        Ok(d) => {
+            json!({"sysctls": d.sysctls.iter().map(|s| (s.name.clone(), json!(s.value))).collect::<serde_json::Map<_, _>>()})
+        }
         Err(e) => json!({"error": e}),
     };
     o.metadata.annotations = None;
@@ -178,9 +183,8 @@ async fn served_version(mgmt: &Client) -> Result<String, String> {
     let crds: Api<CustomResourceDefinition> = Api::all(mgmt.clone());
     let name = format!("talosconfigs.{GROUP}");
     match crate::qps::timed(crds.get_opt(&name)).await {
-        Ok(Some(crd)) => contract_version(crd.labels()).ok_or_else(|| {
-            format!("CRD {name} carries no cluster.x-k8s.io contract label")
-        }),
+        Ok(Some(crd)) => contract_version(crd.labels())
+            .ok_or_else(|| format!("CRD {name} carries no cluster.x-k8s.io contract label")),
         Ok(None) => Err(format!(
             "CRD {name} is not installed (no Cluster API bootstrap provider for Talos)"
         )),
@@ -349,7 +353,10 @@ async fn drive<T>(
                     tracing::info!("the {what} watch resumed");
                     failing = false;
                 }
-                if matches!(ev, watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) {
+                if matches!(
+                    ev,
+                    watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone
+                ) {
                     if let Some(f) = &on_change {
                         f();
                     }
@@ -382,8 +389,14 @@ mod tests {
             Some("v1alpha3")
         );
         let both = BTreeMap::from([
-            ("cluster.x-k8s.io/v1beta1".to_string(), "v1alpha3".to_string()),
-            ("cluster.x-k8s.io/v1beta2".to_string(), "v1beta1".to_string()),
+            (
+                "cluster.x-k8s.io/v1beta1".to_string(),
+                "v1alpha3".to_string(),
+            ),
+            (
+                "cluster.x-k8s.io/v1beta2".to_string(),
+                "v1beta1".to_string(),
+            ),
         ]);
         assert_eq!(contract_version(&both).as_deref(), Some("v1beta1"));
         assert_eq!(contract_version(&BTreeMap::new()), None);
@@ -411,7 +424,10 @@ mod tests {
         assert_eq!(source(&meta(&cloned, 2)), Source::Own);
         // Cloned from something else, or by hand.
         assert_eq!(
-            source(&meta(&[(CLONED_FROM_NAME, "x"), (CLONED_FROM_GROUPKIND, "Other.g")], 1)),
+            source(&meta(
+                &[(CLONED_FROM_NAME, "x"), (CLONED_FROM_GROUPKIND, "Other.g")],
+                1
+            )),
             Source::Own
         );
         assert_eq!(source(&meta(&[], 1)), Source::Own);

@@ -59,10 +59,7 @@ pub fn answer(
     }
 }
 
-async fn handle(
-    req: Request<Incoming>,
-    e: Endpoints,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn handle(req: Request<Incoming>, e: Endpoints) -> Result<Response<Full<Bytes>>, Infallible> {
     let m = &e.metrics;
     let (status, ty, body) = answer(
         req.method(),

@@ -185,7 +185,11 @@ mod tests {
             ("plain http", kc(ca, "    token: s3cr3t\n").replace("https://", "http://"), Err("over https://")),
         ];
         for (name, text, want) in cases {
-            let got = parse("ns/w-kubeconfig", Some(text.as_bytes()), Transport::default());
+            let got = parse(
+                "ns/w-kubeconfig",
+                Some(text.as_bytes()),
+                Transport::default(),
+            );
             match (got, want) {
                 (Ok(_), Ok(())) => {}
                 (Err(e), Err(w)) => {
@@ -210,9 +214,13 @@ mod tests {
         };
         let insecure = kc("    insecure-skip-tls-verify: true\n", "    token: t\n");
         assert!(parse("a/b", Some(insecure.as_bytes()), allow).is_ok());
-        let plain = kc("    certificate-authority-data: Zm9v\n", "    token: t\n").replace("https://", "http://");
+        let plain = kc("    certificate-authority-data: Zm9v\n", "    token: t\n")
+            .replace("https://", "http://");
         assert!(parse("a/b", Some(plain.as_bytes()), allow).is_ok());
-        let exec = kc("", "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: id\n");
+        let exec = kc(
+            "",
+            "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: id\n",
+        );
         assert!(parse("a/b", Some(exec.as_bytes()), allow).is_err());
     }
 

@@ -82,9 +82,10 @@ impl MachineView<'_> {
 /// Reads a Machine's JSON (the whole object: metadata, spec, status).
 pub fn view<'a>(m: &'a Value, condition_type: &str) -> MachineView<'a> {
     let gates = m.pointer("/spec/readinessGates").and_then(Value::as_array);
-    let ours = gates.into_iter().flatten().filter(|g| {
-        g.get("conditionType").and_then(Value::as_str) == Some(condition_type)
-    });
+    let ours = gates
+        .into_iter()
+        .flatten()
+        .filter(|g| g.get("conditionType").and_then(Value::as_str) == Some(condition_type));
     // Two gates on one type cannot pass CAPI's list-map validation; if one
     // ever says Negative, that is what CAPI would act on.
     let gate = ours.fold(Gate::None, |acc, g| {
@@ -93,15 +94,16 @@ pub fn view<'a>(m: &'a Value, condition_type: &str) -> MachineView<'a> {
             _ => Gate::Positive,
         }
     });
-    let config_ref = m
-        .pointer("/spec/bootstrap/configRef")
-        .and_then(|r| {
-            Some(ConfigRef {
-                api_group: r.get("apiGroup").and_then(Value::as_str).unwrap_or(""),
-                kind: r.get("kind").and_then(Value::as_str)?,
-                name: r.get("name").and_then(Value::as_str).filter(|n| !n.is_empty())?,
-            })
-        });
+    let config_ref = m.pointer("/spec/bootstrap/configRef").and_then(|r| {
+        Some(ConfigRef {
+            api_group: r.get("apiGroup").and_then(Value::as_str).unwrap_or(""),
+            kind: r.get("kind").and_then(Value::as_str)?,
+            name: r
+                .get("name")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())?,
+        })
+    });
     MachineView {
         cluster: str_at(m, &["spec", "clusterName"]),
         node: str_at(m, &["status", "nodeRef", "name"]),
@@ -246,10 +248,12 @@ mod tests {
                 paused: false,
             }
         );
-        let negative = json!({"spec":{"readinessGates":[{"conditionType":TY,"polarity":"Negative"}]}});
+        let negative =
+            json!({"spec":{"readinessGates":[{"conditionType":TY,"polarity":"Negative"}]}});
         assert_eq!(view(&negative, TY).gate, Gate::Negative);
         assert!(selected(&view(&negative, TY), |_| false));
-        let positive = json!({"spec":{"readinessGates":[{"conditionType":TY,"polarity":"Positive"}]}});
+        let positive =
+            json!({"spec":{"readinessGates":[{"conditionType":TY,"polarity":"Positive"}]}});
         assert_eq!(view(&positive, TY).gate, Gate::Positive);
         let paused = json!({"metadata":{"annotations":{PAUSED_ANNOTATION:""}}});
         assert!(view(&paused, TY).paused);

@@ -12,7 +12,9 @@ use kube::{
     config::{KubeConfigOptions, Kubeconfig},
     Client, Config,
 };
-use sandbox_readiness_controller::{context, discovery, kubeconfig, metrics::Metrics, ops, qps, run};
+use sandbox_readiness_controller::{
+    context, discovery, kubeconfig, metrics::Metrics, ops, qps, run,
+};
 
 /// Mirrors each workload Node's sandbox readiness condition onto its Cluster
 /// API Machine, so a Machine readiness gate holds a rollout until the new
@@ -103,9 +105,8 @@ async fn management_client(
         None => Config::incluster()
             .map_err(|e| format!("no --kubeconfig and no in-cluster config: {e}"))?,
     };
-    let client = |c| {
-        qps::client(c, limits).map_err(|e| format!("the management cluster's client: {e}"))
-    };
+    let client =
+        |c| qps::client(c, limits).map_err(|e| format!("the management cluster's client: {e}"));
     Ok((client(config.clone())?, client(config)?))
 }
 

@@ -58,9 +58,7 @@ pub fn client(mut config: Config, l: Limits) -> Result<Client, kube::Error> {
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `f` with [`CALL_TIMEOUT`]; a timeout reads as a service error.
-pub async fn timed<T>(
-    f: impl Future<Output = Result<T, kube::Error>>,
-) -> Result<T, kube::Error> {
+pub async fn timed<T>(f: impl Future<Output = Result<T, kube::Error>>) -> Result<T, kube::Error> {
     match tokio::time::timeout(CALL_TIMEOUT, f).await {
         Ok(r) => r,
         Err(_) => Err(kube::Error::Service("no answer within 10 s".into())),

@@ -169,9 +169,7 @@ async fn seen(ctx: &Context, ns: &str, v: &MachineView<'_>, cluster_exists: bool
         .as_ref()
         .is_some_and(|c| c.status == Status::True);
     let pool = if says_true {
-        ctx.desired
-            .pool(&ctx.mgmt, ns, v.config_ref.as_ref())
-            .await
+        ctx.desired.pool(&ctx.mgmt, ns, v.config_ref.as_ref()).await
     } else {
         condition::Pool::Own
     };

@@ -109,9 +109,7 @@ fn triggered(
 }
 
 /// Logs a management watch's failures once per episode.
-fn log_failures<T>(
-    what: &'static str,
-) -> impl FnMut(&Result<T, watcher::Error>) {
+fn log_failures<T>(what: &'static str) -> impl FnMut(&Result<T, watcher::Error>) {
     let mut failing = false;
     move |ev| match ev {
         Ok(_) if failing => {
@@ -197,10 +195,19 @@ pub async fn run(
     }
     // /readyz and the first writes wait for the three caches' first lists.
     {
-        let (m, d, c, metrics) = (machines.clone(), deployments.clone(), clusters.clone(), metrics.clone());
+        let (m, d, c, metrics) = (
+            machines.clone(),
+            deployments.clone(),
+            clusters.clone(),
+            metrics.clone(),
+        );
         tokio::spawn(async move {
             if listed(&m).await && listed(&d).await && listed(&c).await {
-                tracing::info!(machines = m.len(), clusters = c.len(), "management cluster read");
+                tracing::info!(
+                    machines = m.len(),
+                    clusters = c.len(),
+                    "management cluster read"
+                );
                 metrics.set_synced();
             }
         });
@@ -209,7 +216,9 @@ pub async fn run(
     let deployment_changes = {
         let (machines, ar) = (machines.clone(), machine_ar.clone());
         (
-            deployment_stream.inspect(log_failures("MachineDeployment")).touched_objects(),
+            deployment_stream
+                .inspect(log_failures("MachineDeployment"))
+                .touched_objects(),
             move |d: DynamicObject| {
                 let name = d.name_any();
                 machines_where(&machines, &ar, &d.namespace().unwrap_or_default(), |m| {
@@ -262,7 +271,9 @@ pub async fn run(
     };
 
     let controller = Controller::for_stream_with(
-        machine_stream.inspect(log_failures("Machine")).applied_objects(),
+        machine_stream
+            .inspect(log_failures("Machine"))
+            .applied_objects(),
         machines,
         machine_ar.clone(),
     )
@@ -294,7 +305,9 @@ pub async fn run(
 /// the Machines' store too.
 async fn listed(store: &Store<DynamicObject>) -> bool {
     loop {
-        if let Ok(r) = tokio::time::timeout(Duration::from_millis(100), store.wait_until_ready()).await {
+        if let Ok(r) =
+            tokio::time::timeout(Duration::from_millis(100), store.wait_until_ready()).await
+        {
             return r.is_ok();
         }
     }

@@ -149,7 +149,9 @@ fn slim(n: &mut Node, condition_type: &str) {
     md.finalizers = None;
     if let Some(a) = md.annotations.as_mut() {
         a.retain(|k, _| k == ANNOTATION);
-        if a.get(ANNOTATION).is_some_and(|v| v.len() > MAX_ANNOTATION_BYTES) {
+        if a.get(ANNOTATION)
+            .is_some_and(|v| v.len() > MAX_ANNOTATION_BYTES)
+        {
             let len = a.remove(ANNOTATION).map(|v| v.len()).unwrap_or_default();
             a.insert(OVERSIZED.into(), len.to_string());
         }
@@ -176,7 +178,12 @@ fn slim(n: &mut Node, condition_type: &str) {
 /// read as unreadable (not as missing: the agent did write one).
 pub fn reading(n: &Node, condition_type: &str) -> sandbox_readiness::nodestatus::read::Reading {
     let mut r = crate::node::reading(n, condition_type);
-    if let Some(len) = n.metadata.annotations.as_ref().and_then(|a| a.get(OVERSIZED)) {
+    if let Some(len) = n
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(OVERSIZED))
+    {
         r.desired = Some(Err(format!(
             "{ANNOTATION} is {len} bytes, larger than the {MAX_ANNOTATION_BYTES} bytes read"
         )));
@@ -488,7 +495,11 @@ mod tests {
         assert!(reading(&slimmed, TY).desired.is_some());
         // Only our condition is kept.
         assert_eq!(
-            slimmed.status.as_ref().and_then(|s| s.conditions.as_ref()).map(Vec::len),
+            slimmed
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .map(Vec::len),
             Some(1)
         );
         let v = serde_json::to_value(&slimmed).unwrap();
