@@ -32,15 +32,33 @@ def members(root: pathlib.Path) -> list[pathlib.Path]:
     return found
 
 
+PATH_ATTR = re.compile(r'#\[path\s*=\s*"([^"]+)"\]')
+
+
 def sources(package: pathlib.Path, nested: set[pathlib.Path]) -> str:
-    """Every .rs file of the package, without other members' trees and target dirs."""
+    """Every .rs file of the package, without other members' trees and target
+    dirs, and every file a `#[path = "…"]` module takes in from elsewhere
+    (the controller's tests share the root crate's tests/support/cluster.rs)."""
     texts = []
+    seen = set()
+    queue = []
     for path in package.rglob("*.rs"):
         if "target" in path.relative_to(package).parts:
             continue
         if any(n != package and package in n.parents and n in path.parents for n in nested):
             continue
-        texts.append(path.read_text(errors="replace"))
+        queue.append(path.resolve())
+    while queue:
+        path = queue.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        text = path.read_text(errors="replace")
+        texts.append(text)
+        for rel in PATH_ATTR.findall(text):
+            included = (path.parent / rel).resolve()
+            if included.is_file() and package not in included.parents:
+                queue.append(included)
     return "\n".join(texts)
 
 
