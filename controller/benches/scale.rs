@@ -490,6 +490,10 @@ fn writes(w: &World) -> Vec<Value> {
         .filter(|e| {
             e["stage"] == "ResponseComplete"
                 && e["userAgent"].as_str().is_some_and(|u| u.starts_with(UA))
+                // The policy also logs Secret reads (level Metadata).
+                && e["verb"].as_str().is_some_and(|v| {
+                    ["create", "update", "patch", "delete", "deletecollection"].contains(&v)
+                })
         })
         .collect()
 }
@@ -660,9 +664,23 @@ fn run(w: &World, qps: f64, rest: Duration, flips: usize) -> Figures {
     // At rest: nothing changes, nothing should be written.
     let before = writes(w).len();
     std::thread::sleep(rest);
-    let rest_writes = writes(w).len() - before;
+    let at_rest: Vec<String> = writes(w)
+        .iter()
+        .skip(before)
+        .map(|e| {
+            format!(
+                "{} {} {}/{} {}",
+                e["verb"].as_str().unwrap_or(""),
+                e["objectRef"]["resource"].as_str().unwrap_or(""),
+                e["objectRef"]["namespace"].as_str().unwrap_or(""),
+                e["objectRef"]["name"].as_str().unwrap_or(""),
+                e["requestObject"]
+            )
+        })
+        .collect();
+    let rest_writes = at_rest.len();
     eprintln!(
-        "scale: {rest_writes} writes over {} s at rest",
+        "scale: {rest_writes} writes over {} s at rest: {at_rest:#?}",
         rest.as_secs()
     );
 
