@@ -365,11 +365,7 @@ fn a_rollout_to_the_userns_sysctl_waits_for_each_new_nodes_verdict() {
         .mgmt
         .secret_reads()
         .iter()
-        .filter(|e| {
-            e["userAgent"]
-                .as_str()
-                .is_some_and(|a| a.starts_with("sandbox-readiness-controller/"))
-        })
+        .filter(|e| by_our_controller(e))
         .map(|e| e["objectRef"]["name"].as_str().unwrap_or("").to_string())
         .collect();
     assert!(!reads.is_empty(), "the controller read no Secret at all");
@@ -650,16 +646,6 @@ fn a_workload_outage_costs_one_write_per_machine() {
         "the Machines are not True before the outage\n{}",
         pool.diagnose()
     );
-    // Writes of our condition by our controller, not by CAPI's managers,
-    // which share the admin credentials here: each names itself in its
-    // User-Agent.
-    let ours = |e: &Value| {
-        e["objectRef"]["resource"] == "machines"
-            && e["objectRef"]["subresource"] == "status"
-            && e["userAgent"]
-                .as_str()
-                .is_some_and(|a| a.starts_with("sandbox-readiness-controller/"))
-    };
     let mark = pool.mgmt.audit_mark();
     pool.workload.stop();
     let down = Instant::now();
@@ -673,7 +659,7 @@ fn a_workload_outage_costs_one_write_per_machine() {
         std::thread::sleep(Duration::from_millis(250));
     }
     std::thread::sleep(Duration::from_secs(20));
-    let writes = pool.mgmt.audit_writes_since(mark, ours);
+    let writes = pool.mgmt.audit_writes_since(mark, our_condition_write);
     let per_machine = |w: &[Value], m: &str| {
         w.iter()
             .filter(|e| e["objectRef"]["name"] == m && e["responseStatus"]["code"] == 200)
@@ -712,6 +698,31 @@ fn a_workload_outage_costs_one_write_per_machine() {
         );
         std::thread::sleep(Duration::from_millis(250));
     }
+}
+
+/// An audit event of our controller (CAPI's managers share the admin
+/// credentials here: each names itself in its User-Agent).
+fn by_our_controller(e: &Value) -> bool {
+    e["userAgent"]
+        .as_str()
+        .is_some_and(|a| a.starts_with("sandbox-readiness-controller/"))
+}
+
+/// A write of our condition (a Machine's status) by our controller.
+fn our_condition_write(e: &Value) -> bool {
+    e["objectRef"]["resource"] == "machines"
+        && e["objectRef"]["subresource"] == "status"
+        && by_our_controller(e)
+}
+
+/// A process's peak resident set (VmHWM), KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
 }
 
 /// Our condition on Machine `name`: (status, reason).
@@ -819,13 +830,6 @@ fn paused_machines_insecure_kubeconfigs_negative_gates_and_big_nodes() {
             &json!({"data": {"value": value}}),
         );
     };
-    let ours = |e: &Value| {
-        e["objectRef"]["resource"] == "machines"
-            && e["objectRef"]["subresource"] == "status"
-            && e["userAgent"]
-                .as_str()
-                .is_some_and(|a| a.starts_with("sandbox-readiness-controller/"))
-    };
     let mark = pool.mgmt.audit_mark();
     set_secret(&b64.encode(&insecure));
     wait_gate(
@@ -843,7 +847,7 @@ fn paused_machines_insecure_kubeconfigs_negative_gates_and_big_nodes() {
         "{}",
         pool.diagnose()
     );
-    let writes = pool.mgmt.audit_writes_since(mark, ours);
+    let writes = pool.mgmt.audit_writes_since(mark, our_condition_write);
     assert!(
         writes
             .iter()
@@ -967,12 +971,7 @@ fn paused_machines_insecure_kubeconfigs_negative_gates_and_big_nodes() {
         std::thread::sleep(Duration::from_millis(250));
     }
     std::thread::sleep(Duration::from_secs(5));
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let hwm_kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
+    let hwm_kib = peak_rss_kib(pid);
     eprintln!(
         "controller peak RSS with 120 Nodes of 250 KiB annotations: {} KiB",
         hwm_kib
@@ -1014,12 +1013,7 @@ fn paused_machines_insecure_kubeconfigs_negative_gates_and_big_nodes() {
         .map(|c| c["message"].as_str().unwrap_or("").to_string())
         .unwrap_or_default();
     assert!(message.contains("larger than"), "{message}");
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let hwm_kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
+    let hwm_kib = peak_rss_kib(pid);
     eprintln!(
         "controller peak RSS with 122 Nodes of 1 MiB annotations (fault proxy): {hwm_kib} KiB"
     );
