@@ -1023,20 +1023,9 @@ fn paused_machines_insecure_kubeconfigs_negative_gates_and_big_nodes() {
     );
 }
 
-/// A plain HTTP/1.1 GET on loopback: the body.
+/// GET on the controller's endpoints on loopback `port`: the body.
 fn http_get(port: u16, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or(out)
+    common::http_get(([127, 0, 0, 1], port).into(), path)
 }
 
 /// [`http_get`], or nothing while the port is not yet listening.

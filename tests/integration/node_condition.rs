@@ -22,7 +22,7 @@
 //! revoking a certificate by its serial (kube-apiserver has no CRL).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::common;
+use crate::common::{self, http_get};
 use crate::support;
 
 use std::{
@@ -758,23 +758,6 @@ fn start_up_refusals_exit_2_with_one_line() {
     }
 }
 
-/// GET over plain HTTP/1.1 (the metrics port).
-fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    raw.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or(raw)
-}
-
 // ------------------------------------------------------------------------
 // What the real kube-apiserver cannot be made to do on demand goes through
 // the fault proxy (test-api/, docs/developer/test-api.md) in front of it:
@@ -786,7 +769,8 @@ fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
 // decide, and the audit log still names the credential.
 
 mod through_the_proxy {
-    use super::{agent_writes_until, http_get, status_of, writer_agent, LIMIT_OK};
+    use super::{agent_writes_until, status_of, writer_agent, LIMIT_OK};
+    use crate::common::http_get;
     use crate::common::{self, wait_until};
     use crate::support::cluster::{credential_id, RealCluster};
 
