@@ -174,8 +174,8 @@ fn slim(n: &mut Node, condition_type: &str) {
     });
 }
 
-/// The Node's reading, with an annotation dropped by [`slim`] for its size
-/// read as unreadable (not as missing: the agent did write one).
+/// The Node's reading; an annotation dropped for its size before caching
+/// reads as unreadable (not as missing: the agent did write one).
 pub fn reading(n: &Node, condition_type: &str) -> sandbox_readiness::nodestatus::read::Reading {
     let mut r = crate::node::reading(n, condition_type);
     if let Some(len) = n
