@@ -28,7 +28,9 @@ use kube::{
     config::KubeConfigOptions,
     runtime::{
         reflector::{self, ObjectRef, Store},
-        watcher, WatchStreamExt,
+        utils::ResetTimerBackoff,
+        watcher::{self, watcher, ExponentialBackoff},
+        WatchStreamExt,
     },
     Api, Client, Config,
 };
@@ -172,6 +174,24 @@ fn slim(n: &mut Node, condition_type: &str) {
         }),
         ..NodeStatus::default()
     });
+}
+
+/// The workload watch's reconnect delays: kube-runtime's default (from
+/// 0.8 s doubling, jittered, reset after 2 min of health) but capped at
+/// 10 s, not 30 s — a workload cluster back from an outage is read again
+/// within 10 s, so its Machines (and a rollout waiting on them) follow.
+fn reconnect_backoff() -> ResetTimerBackoff<ExponentialBackoff> {
+    ResetTimerBackoff::new(
+        ExponentialBackoff::from(
+            backon::ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(800))
+                .with_max_delay(Duration::from_secs(10))
+                .with_factor(2.0)
+                .with_jitter()
+                .without_max_times(),
+        ),
+        Duration::from_secs(120),
+    )
 }
 
 /// The Node's reading; an annotation dropped for its size before caching
@@ -378,7 +398,7 @@ impl Workload {
             watcher(api, watcher::Config::default().page_size(NODE_PAGE))
                 .modify(move |n| slim(n, &ty)),
         )
-        .default_backoff();
+        .backoff(reconnect_backoff());
         let task = tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             let whole = || Trigger::Cluster {

@@ -8,10 +8,14 @@
 //! real management kube-apiserver with the real Cluster API's CRDs and
 //! webhooks (`control-plane.sh capi`), reading the workload through the
 //! `<cluster>-kubeconfig` Secret, and checks each node's annotation against
-//! its Machine's bootstrap-data machine config. The Machines are made by
-//! hand (no infrastructure provider runs): their `status.nodeRef` is
-//! written through the status subresource, as CAPI's Machine controller
-//! would.
+//! the sysctls of the TalosConfigTemplate its Machine's TalosConfig was
+//! cloned from. The Machines are made by hand (no infrastructure provider
+//! runs): the Cluster is paused while they are made (CAPI's webhooks admit
+//! them, its controllers leave them be), then CAPI's managers are stopped
+//! with their admission webhooks and the Cluster unpaused, since the
+//! controller, as CAPI's own, leaves a paused Cluster's Machines alone;
+//! their `status.nodeRef` is written through the status subresource, as
+//! CAPI's Machine controller would.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
@@ -58,15 +62,68 @@ fn status(c: &RealCluster, path: &str) -> Option<(String, String, String)> {
 fn machine(ns: &str, name: &str) -> Value {
     json!({"apiVersion":AV,"kind":"Machine","metadata":{"name":name,"namespace":ns,
         "labels":{"cluster.x-k8s.io/cluster-name":"c1","cluster.x-k8s.io/deployment-name":"md-a"}},
-        "spec":{"clusterName":"c1","bootstrap":{"dataSecretName":format!("{name}-boot")},
+        "spec":{"clusterName":"c1","bootstrap":{"dataSecretName":format!("{name}-boot"),
+            "configRef":{"apiGroup":"bootstrap.cluster.x-k8s.io","kind":"TalosConfig","name":name}},
         "infrastructureRef":{"apiGroup":"infrastructure.cluster.x-k8s.io","kind":"TestMachine","name":name},
         "readinessGates":[{"conditionType":TY}]}})
 }
 
+/// The pool's machine config: it sets the sysctl every node must check.
+const MACHINE_CONFIG: &str = "version: v1alpha1\nmachine:\n  type: worker\n  token: SECRET-TOKEN-abcdef\n  sysctls:\n    user.max_user_namespaces: \"11255\"\ncluster:\n  controlPlane:\n    endpoint: https://127.0.0.1:6443\n";
+const BOOTSTRAP_AV: &str = "bootstrap.cluster.x-k8s.io/v1alpha3";
+
 fn boot_secret(ns: &str, name: &str) -> Value {
-    let cfg = "version: v1alpha1\nmachine:\n  type: worker\n  token: SECRET-TOKEN-abcdef\n  sysctls:\n    user.max_user_namespaces: \"11255\"\ncluster:\n  controlPlane:\n    endpoint: https://127.0.0.1:6443\n";
     json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":format!("{name}-boot"),"namespace":ns},
-        "data":{"value":b64(cfg),"format":b64("cloud-config")}})
+        "data":{"value":b64(MACHINE_CONFIG),"format":b64("cloud-config")}})
+}
+
+/// The pool's TalosConfigTemplate, where the controller reads its sysctls.
+fn template(ns: &str) -> Value {
+    json!({"apiVersion":BOOTSTRAP_AV,"kind":"TalosConfigTemplate","metadata":{"name":"md-a","namespace":ns},
+        "spec":{"template":{"spec":{"generateType":"none","talosVersion":"v1.11","data":MACHINE_CONFIG}}}})
+}
+
+/// Machine `name`'s TalosConfig, as CAPI's MachineSet controller clones it.
+fn talos_config(ns: &str, name: &str) -> Value {
+    json!({"apiVersion":BOOTSTRAP_AV,"kind":"TalosConfig","metadata":{"name":name,"namespace":ns,
+        "annotations":{"cluster.x-k8s.io/cloned-from-name":"md-a",
+            "cluster.x-k8s.io/cloned-from-groupkind":"TalosConfigTemplate.bootstrap.cluster.x-k8s.io"}},
+        "spec":{"generateType":"none","talosVersion":"v1.11","data":MACHINE_CONFIG}})
+}
+
+/// Stops CAPI's and CABPT's managers and removes their admission webhooks
+/// (the objects are made), then unpauses Cluster `ns/c1`.
+fn unpause(mgmt: &RealCluster, ns: &str) {
+    for m in ["capi-manager", "cabpt-manager"] {
+        if let Ok(pid) = std::fs::read_to_string(mgmt.dir().join("pids").join(format!("{m}.pid"))) {
+            let _ = Command::new("kill").arg(pid.trim()).status();
+        }
+    }
+    for kind in [
+        "validatingwebhookconfigurations",
+        "mutatingwebhookconfigurations",
+    ] {
+        let base = format!("/apis/admissionregistration.k8s.io/v1/{kind}");
+        for w in mgmt.get(&base).unwrap()["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let name = w["metadata"]["name"].as_str().unwrap();
+            mgmt.write(
+                "DELETE",
+                &format!("{base}/{name}"),
+                "application/json",
+                &json!({}),
+            );
+        }
+    }
+    mgmt.write(
+        "PATCH",
+        &format!("/apis/{AV}/namespaces/{ns}/clusters/c1"),
+        MERGE,
+        &json!({"spec":{"paused":false}}),
+    );
 }
 
 struct Killed(Child);
@@ -154,11 +211,19 @@ fn real_agents_hold_and_release_the_gate() {
             "labels":{"cluster.x-k8s.io/cluster-name":"c1"}},
         "data":{"value":b64(&wl_kubeconfig)}}),
     );
+    post(
+        &format!("/apis/{BOOTSTRAP_AV}/namespaces/{ns}/talosconfigtemplates"),
+        template(&ns),
+    );
     for role in ["ok", "new", "nocheck"] {
         let m = format!("m-{role}");
         post(
             &format!("/api/v1/namespaces/{ns}/secrets"),
             boot_secret(&ns, &m),
+        );
+        post(
+            &format!("/apis/{BOOTSTRAP_AV}/namespaces/{ns}/talosconfigs"),
+            talos_config(&ns, &m),
         );
         post(
             &format!("/apis/{AV}/namespaces/{ns}/machines"),
@@ -171,6 +236,7 @@ fn real_agents_hold_and_release_the_gate() {
             &json!({"status":{"nodeRef":{"name":nodes[role]}}}),
         );
     }
+    unpause(&mgmt, &ns);
     let _ctl = Killed(
         Command::new(&ctl_bin)
             .arg("--kubeconfig")
