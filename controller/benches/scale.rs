@@ -410,28 +410,7 @@ fn world() -> World {
 /// Stops CAPI's and CABPT's managers with their admission webhooks (the
 /// world is made), then unpauses the Clusters for the controller.
 fn unpause(mgmt: &RealCluster, clusters: usize) {
-    for m in ["capi-manager", "cabpt-manager"] {
-        let pidfile = mgmt.dir().join("pids").join(format!("{m}.pid"));
-        if let Ok(pid) = std::fs::read_to_string(&pidfile) {
-            let _ = Command::new("kill").arg(pid.trim()).status();
-        }
-    }
-    for kind in [
-        "validatingwebhookconfigurations",
-        "mutatingwebhookconfigurations",
-    ] {
-        let base = format!("/apis/admissionregistration.k8s.io/v1/{kind}");
-        let list = mgmt.get(&base).unwrap();
-        for w in list["items"].as_array().into_iter().flatten() {
-            let name = w["metadata"]["name"].as_str().unwrap();
-            mgmt.write(
-                "DELETE",
-                &format!("{base}/{name}"),
-                "application/json",
-                &json!({}),
-            );
-        }
-    }
+    mgmt.stop_capi_managers();
     for c in 0..clusters {
         mgmt.write(
             "PATCH",

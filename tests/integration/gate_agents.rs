@@ -94,30 +94,7 @@ fn talos_config(ns: &str, name: &str) -> Value {
 /// Stops CAPI's and CABPT's managers and removes their admission webhooks
 /// (the objects are made), then unpauses Cluster `ns/c1`.
 fn unpause(mgmt: &RealCluster, ns: &str) {
-    for m in ["capi-manager", "cabpt-manager"] {
-        if let Ok(pid) = std::fs::read_to_string(mgmt.dir().join("pids").join(format!("{m}.pid"))) {
-            let _ = Command::new("kill").arg(pid.trim()).status();
-        }
-    }
-    for kind in [
-        "validatingwebhookconfigurations",
-        "mutatingwebhookconfigurations",
-    ] {
-        let base = format!("/apis/admissionregistration.k8s.io/v1/{kind}");
-        for w in mgmt.get(&base).unwrap()["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-        {
-            let name = w["metadata"]["name"].as_str().unwrap();
-            mgmt.write(
-                "DELETE",
-                &format!("{base}/{name}"),
-                "application/json",
-                &json!({}),
-            );
-        }
-    }
+    mgmt.stop_capi_managers();
     mgmt.write(
         "PATCH",
         &format!("/apis/{AV}/namespaces/{ns}/clusters/c1"),

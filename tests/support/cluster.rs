@@ -226,6 +226,34 @@ impl RealCluster {
         );
     }
 
+    /// Stops the Cluster API and CABPT managers and removes their admission
+    /// webhooks: objects made while they ran stay, and from now on no
+    /// Cluster API controller acts on them (a test then plays it).
+    pub fn stop_capi_managers(&self) {
+        for m in ["capi-manager", "cabpt-manager"] {
+            if let Ok(pid) = std::fs::read_to_string(self.dir.join("pids").join(format!("{m}.pid")))
+            {
+                let _ = Command::new("kill").arg(pid.trim()).status();
+            }
+        }
+        for kind in [
+            "validatingwebhookconfigurations",
+            "mutatingwebhookconfigurations",
+        ] {
+            let base = format!("/apis/admissionregistration.k8s.io/v1/{kind}");
+            let list = self.get(&base).unwrap_or(Value::Null);
+            for w in list["items"].as_array().into_iter().flatten() {
+                let name = w["metadata"]["name"].as_str().unwrap();
+                self.write(
+                    "DELETE",
+                    &format!("{base}/{name}"),
+                    "application/json",
+                    &serde_json::json!({}),
+                );
+            }
+        }
+    }
+
     /// A value of `DIR/capi.env` (after [`start_capi`](Self::start_capi)).
     pub fn capi_env(&self, key: &str) -> Option<String> {
         self.env_file("capi.env", key)
