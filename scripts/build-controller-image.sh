@@ -61,7 +61,7 @@ for arch in "${arches[@]}"; do
 	bin=$CARGO_TARGET_DIR/${targets[$arch]}/image/$name
 	[[ -x $bin ]] || die "$bin was not built"
 	# Static: no interpreter, so the image needs no base (no libc, no shell).
-	if readelf -l "$bin" 2>/dev/null | grep -q 'INTERP'; then
+	if readelf -l "$bin" 2>/dev/null | grep 'INTERP' >/dev/null; then
 		die "$bin is dynamically linked"
 	fi
 	case $arch in

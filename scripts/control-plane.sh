@@ -186,7 +186,7 @@ listening_by() {
 	local hex inode
 	hex=$(printf '%04X' "$2")
 	while read -r inode; do
-		if find "/proc/$1/fd" -lname "socket:\[$inode\]" 2>/dev/null | grep -q .; then
+		if find "/proc/$1/fd" -lname "socket:\[$inode\]" 2>/dev/null | grep . >/dev/null; then
 			return 0
 		fi
 	done < <(awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { print $10 }' /proc/net/tcp /proc/net/tcp6)
@@ -385,7 +385,7 @@ why() {
 	printf '%s' "${line:-no reason in its log} (log: $log)"
 }
 
-bind_failed() { this_run "$1" | grep -q 'address already in use'; }
+bind_failed() { this_run "$1" | grep 'address already in use' >/dev/null; }
 
 start_etcd() {
 	launch etcd --name=sr-test --data-dir="$dir/etcd" \

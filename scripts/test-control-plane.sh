@@ -168,7 +168,7 @@ fi
 path_kubectl=$(command -v kubectl || true)
 check "kubectl on PATH is the pinned build" "PATH's kubectl is ${path_kubectl:-none}, not $kubectl" \
 	test "$path_kubectl" -ef "$kubectl"
-if ka get --raw=/version | grep -q '"gitVersion": "v1.36.3"'; then
+if ka get --raw=/version | grep '"gitVersion": "v1.36.3"' >/dev/null; then
 	ok "/version reports v1.36.3"
 else
 	fail "/version reports v1.36.3" "$(ka get --raw=/version 2>&1)"
@@ -238,7 +238,7 @@ fi
 # The wait is for that very event: n1 made other patches (the refused label)
 # that may be logged before it.
 n1_status_patch() {
-	grep '"verb":"patch"' "$a/audit.log" | grep '"username":"system:node:n1"' | grep '"subresource":"status"' | grep '"name":"n1"' | grep -q '"code":200'
+	grep '"verb":"patch"' "$a/audit.log" | grep '"username":"system:node:n1"' | grep '"subresource":"status"' | grep '"name":"n1"' | grep '"code":200' >/dev/null
 }
 for _ in $(seq 30); do
 	n1_status_patch && break
@@ -250,7 +250,7 @@ else
 	fail "audit log records n1's status patch" "no such event in $a/audit.log"
 fi
 if grep '"username":"system:node:n1"' "$a/audit.log" | grep '"name":"n2.example"' | grep '"code":403' |
-	grep -q '"authorization.k8s.io/decision":"allow"'; then
+	grep '"authorization.k8s.io/decision":"allow"' >/dev/null; then
 	ok "audit log records the refused patch (403, authorized, refused by admission)"
 else
 	fail "audit log records the refused patch (403)" "no such event"
@@ -274,7 +274,7 @@ if command -v curl >/dev/null 2>&1; then
 		test "$code:$code2" == 200:403
 	# That very request (its body's label), once the audit backend wrote it.
 	forwarded_logged() {
-		grep '"username":"system:node:n1"' "$a/audit.log" | grep '"name":"n2.example"' | grep '"x":"y"' | grep -q '"code":403'
+		grep '"username":"system:node:n1"' "$a/audit.log" | grep '"name":"n2.example"' | grep '"x":"y"' | grep '"code":403' >/dev/null
 	}
 	for _ in $(seq 30); do
 		forwarded_logged && break

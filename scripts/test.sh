@@ -266,7 +266,7 @@ for target in "${ship_targets[@]}"; do
 	# What may stay: crtbegin/crtend's few bytes of .eh_frame (x86_64: 80),
 	# which the link needs (link/discard-eh-frame.ld); never a .eh_frame_hdr.
 	eh=$(readelf -SW "$bin" | sed -n 's/.* \.eh_frame  *PROGBITS  *[0-9a-f]*  *[0-9a-f]*  *\([0-9a-f]*\) .*/\1/p')
-	if readelf -SW "$bin" | grep -q '\.eh_frame_hdr ' || [ "$((16#${eh:-0}))" -gt 256 ]; then
+	if readelf -SW "$bin" | grep '\.eh_frame_hdr ' >/dev/null || [ "$((16#${eh:-0}))" -gt 256 ]; then
 		echo "size gate: FAILED: $bin carries unwind tables (.eh_frame $((16#${eh:-0})) bytes)"
 		overall=1
 	else
