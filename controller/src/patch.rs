@@ -60,8 +60,18 @@ impl Plan {
 }
 
 /// The new `status.conditions`, or `None` when the Machine already says
-/// exactly this (no write at all). `now` is RFC 3339 with seconds, as
+/// this (no write at all). `now` is RFC 3339 with seconds, as
 /// `metav1.Time` serialises.
+///
+/// A new `generation` alone is no reason to write: Cluster API bumps a new
+/// Machine's generation twice while it reconciles it (the providerID and
+/// the infrastructure's fields copied into its spec), and neither its
+/// summary of readiness gates nor `kubectl wait` reads a condition's
+/// `observedGeneration`; the generation rides along on the next write that
+/// changes what the condition says, as Cluster API does for its own
+/// `Paused` condition (`util/paused`). Every spec change that can change
+/// the verdict (a gate's polarity, the bootstrap config) changes what it
+/// says, and so is written.
 pub fn plan(
     conditions: &[Value],
     ty: &str,
@@ -74,7 +84,6 @@ pub fn plan(
         if o.status == Some(v.status)
             && o.reason == v.reason
             && o.message == v.message
-            && o.observed_generation == generation
             && o.last_transition_time.is_some()
         {
             return None;
@@ -248,11 +257,18 @@ mod tests {
                 Some((EARLIER, Some(False))),
             ),
             (
-                "generation change writes",
+                "a new generation alone is not written",
                 [capi(), vec![ours("True", "R", "m", 1)]].concat(),
                 v(True, "R", "m"),
-                Some(2),
-                Some((EARLIER, Some(True))),
+                Some(3),
+                None,
+            ),
+            (
+                "a change of meaning carries the new generation",
+                [capi(), vec![ours("False", "A", "m", 1)]].concat(),
+                v(False, "A", "other"),
+                Some(3),
+                Some((EARLIER, Some(False))),
             ),
             (
                 "status change moves the transition time",
