@@ -6,7 +6,8 @@
 //! [`report`] (one [`report::derive()`] step computes every derived field) →
 //! [`evaluate`] → [`agent`] (serve) / [`probe`] and [`output`] (print) /
 //! [`fleet`] (ask many agents); [`metrics`] renders a published report for
-//! Prometheus. [`sysctl_name`] is the pure naming rule both
+//! Prometheus, [`endpoints`] serves it (and the controller's health and
+//! metrics endpoints). [`sysctl_name`] is the pure naming rule both
 //! observation and evaluation use; [`text`] cleans what reaches a terminal.
 //! [`init`] is PID 1's duty (fork, reap, forward signals) when the binary
 //! starts as PID 1. The library never parses flags, picks an exit code or exits the process:
@@ -16,6 +17,7 @@ pub mod agent;
 #[doc(hidden)]
 pub mod clidoc;
 pub mod desired;
+pub mod endpoints;
 pub mod evaluate;
 pub mod fleet;
 pub mod host;

@@ -45,8 +45,8 @@ const USER_AGENT: &str = concat!("sandbox-readiness-controller/", env!("CARGO_PK
 /// itself.
 pub fn client(mut config: Config, l: Limits) -> Result<Client, kube::Error> {
     config.headers.push((
-        hyper::header::USER_AGENT,
-        hyper::header::HeaderValue::from_static(USER_AGENT),
+        http::header::USER_AGENT,
+        http::header::HeaderValue::from_static(USER_AGENT),
     ));
     Ok(ClientBuilder::try_from(config)?
         .with_layer(&QpsLayer::new(l))

@@ -7,12 +7,10 @@
 //! grace period later is closed.
 
 use std::{
-    collections::HashMap,
     future::Future,
     io,
-    net::IpAddr,
     pin::Pin,
-    sync::{Arc, Mutex, PoisonError},
+    sync::Arc,
     task::{Context, Poll},
     time::Duration,
 };
@@ -27,6 +25,8 @@ use tokio_rustls::server::TlsStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::transport::server::{Connected, TcpConnectInfo};
 use tracing::debug;
+
+use crate::tls::{AddressSlot, PerAddress};
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -105,72 +105,6 @@ impl AsyncWrite for Io {
         match self {
             Io::Plain(c) => c.0.is_write_vectored(),
             Io::Tls(c) => c.is_write_vectored(),
-        }
-    }
-}
-
-/// Connections held at once per peer address ([`crate::tls::address_key`]:
-/// an IPv4 address or an IPv6 /64), from accept until the connection
-/// closes. Cloning shares the counts.
-#[derive(Debug, Clone)]
-pub struct PerAddress {
-    limit: usize,
-    counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
-}
-
-impl PerAddress {
-    /// At most `limit` connections per address; 0 = no cap.
-    pub fn new(limit: usize) -> Self {
-        Self {
-            limit,
-            counts: Arc::default(),
-        }
-    }
-
-    /// A slot for a connection from `ip`, or `None` when its address holds
-    /// `limit` already. `Some(None)` without a cap.
-    pub fn take(&self, ip: IpAddr) -> Option<Option<AddressSlot>> {
-        if self.limit == 0 {
-            return Some(None);
-        }
-        let key = crate::tls::address_key(ip);
-        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        let n = counts.entry(key).or_insert(0);
-        if *n >= self.limit {
-            return None;
-        }
-        *n += 1;
-        Some(Some(AddressSlot {
-            counts: Arc::clone(&self.counts),
-            key,
-        }))
-    }
-
-    /// Connections held now from `ip`'s address.
-    pub fn held(&self, ip: IpAddr) -> usize {
-        let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        counts
-            .get(&crate::tls::address_key(ip))
-            .copied()
-            .unwrap_or(0)
-    }
-}
-
-/// One connection's place in its address's count, given back on drop.
-#[derive(Debug)]
-pub struct AddressSlot {
-    counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
-    key: IpAddr,
-}
-
-impl Drop for AddressSlot {
-    fn drop(&mut self) {
-        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(n) = counts.get_mut(&self.key) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                counts.remove(&self.key);
-            }
         }
     }
 }

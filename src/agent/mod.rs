@@ -408,7 +408,7 @@ pub async fn run(conf: ServeConfig) -> Result<Stopped, ServeError> {
             std::future::pending::<()>().await;
         }
     };
-    let per_address = listen::PerAddress::new(limits.max_connections_per_address);
+    let per_address = crate::tls::PerAddress::new(limits.max_connections_per_address);
     let max_age = Some(listen::MaxAge {
         age: conf.max_connection_age,
         grace: MAX_AGE_GRACE,

@@ -207,7 +207,7 @@ async fn tls_accept_loop(
 ) {
     let TlsSetup { tls, limits } = setup;
     let pool = Arc::new(Pool::new(limits.max_handshakes));
-    let per_ip: PerIp = Arc::new(Mutex::new(HashMap::new()));
+    let per_ip = PerAddress::new(limits.max_handshakes_per_ip);
     let quiet = Arc::new(QuietLog::new());
     // Owned here so that when this loop ends (stream dropped, task aborted)
     // every handshake in flight is aborted with it.
@@ -228,7 +228,7 @@ async fn tls_accept_loop(
         AcceptStats::bump(&stats.accepted);
         // The address's share first: a flooding address must not evict
         // anyone else's handshake.
-        let Some(ip_slot) = IpSlot::take(&per_ip, peer.ip(), limits.max_handshakes_per_ip) else {
+        let Some(ip_slot) = per_ip.take(peer.ip()) else {
             shed(
                 tcp,
                 peer,
@@ -433,8 +433,6 @@ async fn on_accept_error(err: &std::io::Error, stats: &AcceptStats, quiet: &Quie
     tokio::time::sleep(Duration::from_millis(100)).await;
 }
 
-type PerIp = Arc<Mutex<HashMap<IpAddr, usize>>>;
-
 /// What per-address caps count by: an IPv4 address, or the /64 of an IPv6
 /// one (a single host is usually given a whole /64, so counting each IPv6
 /// address alone would let one host take every slot). An IPv4 peer on a
@@ -450,38 +448,65 @@ pub fn address_key(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// One handshake slot of one peer address, given back on drop.
-struct IpSlot {
-    map: PerIp,
-    ip: IpAddr,
+/// Connections held at once per peer address ([`address_key`]:
+/// an IPv4 address or an IPv6 /64), from accept until the connection
+/// closes (the gRPC and HTTP ports), or for a TLS handshake (the accept
+/// loop). Cloning shares the counts.
+#[derive(Debug, Clone)]
+pub struct PerAddress {
+    limit: usize,
+    counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
 }
 
-impl IpSlot {
-    fn take(map: &PerIp, ip: IpAddr, limit: usize) -> Option<Option<Self>> {
-        if limit == 0 {
+impl PerAddress {
+    /// At most `limit` connections per address; 0 = no cap.
+    pub fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            counts: Arc::default(),
+        }
+    }
+
+    /// A slot for a connection from `ip`, or `None` when its address holds
+    /// `limit` already. `Some(None)` without a cap.
+    pub fn take(&self, ip: IpAddr) -> Option<Option<AddressSlot>> {
+        if self.limit == 0 {
             return Some(None);
         }
-        let ip = address_key(ip);
-        let mut counts = map.lock().unwrap_or_else(PoisonError::into_inner);
-        let count = counts.entry(ip).or_insert(0);
-        if *count >= limit {
+        let key = address_key(ip);
+        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = counts.entry(key).or_insert(0);
+        if *n >= self.limit {
             return None;
         }
-        *count += 1;
-        Some(Some(Self {
-            map: Arc::clone(map),
-            ip,
+        *n += 1;
+        Some(Some(AddressSlot {
+            counts: Arc::clone(&self.counts),
+            key,
         }))
+    }
+
+    /// Connections held now from `ip`'s address.
+    pub fn held(&self, ip: IpAddr) -> usize {
+        let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        counts.get(&address_key(ip)).copied().unwrap_or(0)
     }
 }
 
-impl Drop for IpSlot {
+/// One connection's place in its address's count, given back on drop.
+#[derive(Debug)]
+pub struct AddressSlot {
+    counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    key: IpAddr,
+}
+
+impl Drop for AddressSlot {
     fn drop(&mut self) {
-        let mut counts = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = counts.get_mut(&self.ip) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                counts.remove(&self.ip);
+        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = counts.get_mut(&self.key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                counts.remove(&self.key);
             }
         }
     }

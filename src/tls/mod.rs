@@ -92,7 +92,10 @@ mod init;
 pub(crate) mod pem;
 mod server;
 
-pub use accept::{address_key, incoming, AcceptCounts, AcceptLimits, AcceptStats, TlsIncoming};
+pub use accept::{
+    address_key, incoming, AcceptCounts, AcceptLimits, AcceptStats, AddressSlot, PerAddress,
+    TlsIncoming,
+};
 pub use client::{client_tls_config, CLIENT_HANDSHAKE_TIMEOUT};
 pub use error::TlsError;
 pub use init::{
