@@ -6,7 +6,8 @@
 //! overall and per address, a deadline for a request's head, a maximum
 //! connection age, hyper's smallest buffers.
 //!
-//! The answer ([`respond`]) is pure; [`serve`] is the I/O around it.
+//! The answer ([`respond`]) is pure; [`serve_plain`] and [`serve_tls`] are
+//! the I/O around it.
 
 use std::{convert::Infallible, net::IpAddr, sync::Arc, time::Duration};
 
@@ -25,7 +26,7 @@ use tracing::debug;
 
 use crate::{
     metrics::text::CONTENT_TYPE as METRICS_CONTENT_TYPE,
-    tls::{self, AcceptLimits, PerAddress, ServerTls},
+    tls::{self, AcceptLimits, AddressSlot, PerAddress, ServerTls},
 };
 
 const TEXT: &str = "text/plain; charset=utf-8";
@@ -120,57 +121,83 @@ pub fn respond(
     r
 }
 
-/// Serves `listener` until the task is dropped: plaintext, or TLS with
-/// `tls` (its ALPN offering HTTP/1.1).
-pub async fn serve<F>(listener: TcpListener, tls: Option<ServerTls>, limits: Limits, answer: F)
+/// The connection slots of one listener: overall and per address.
+struct Slots {
+    all: Arc<Semaphore>,
+    per_address: PerAddress,
+}
+
+impl Slots {
+    fn new(limits: &Limits) -> Self {
+        Self {
+            all: Arc::new(Semaphore::new(limits.max_connections.max(1))),
+            per_address: PerAddress::new(limits.max_per_address),
+        }
+    }
+
+    /// Both slots for a connection from `ip`, or `None` when either is
+    /// full.
+    fn take(&self, ip: IpAddr) -> Option<Held> {
+        let address = self.per_address.take(ip)?;
+        let slot = self.all.clone().try_acquire_owned().ok()?;
+        Some((slot, address))
+    }
+}
+
+type Held = (OwnedSemaphorePermit, Option<AddressSlot>);
+
+/// Serves `listener`, plaintext, until the task is dropped. (Apart from
+/// [`serve_tls`] so a binary that serves plaintext only, the controller,
+/// links no TLS server.)
+pub async fn serve_plain<F>(listener: TcpListener, limits: Limits, answer: F)
 where
     F: Fn(&str) -> Answer + Send + Sync + 'static,
 {
     let answer = Arc::new(answer);
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let per_address = PerAddress::new(limits.max_per_address);
-    let take = move |ip: IpAddr| {
-        let address = per_address.take(ip)?;
-        let slot = slots.clone().try_acquire_owned().ok()?;
-        Some((slot, address))
-    };
-    match tls {
-        Some(tls) => {
-            let accept = AcceptLimits {
-                max_handshakes: limits.max_handshakes.max(1),
-                max_handshakes_per_ip: limits.max_handshakes_per_address,
-                ..AcceptLimits::default()
-            };
-            let mut incoming = tls::incoming(listener, tls, accept);
-            while let Some(conn) = incoming.next().await {
-                let Ok(conn) = conn else { continue };
-                let Ok(peer) = conn.get_ref().0.peer_addr() else {
-                    continue;
-                };
-                let Some(held) = take(peer.ip()) else {
-                    debug!(%peer, "endpoint connection limit reached; closing a new connection");
-                    continue;
-                };
-                tokio::spawn(connection(conn, answer.clone(), limits, held));
-            }
-        }
-        None => loop {
-            let (stream, peer) = match listener.accept().await {
-                Ok(s) => s,
-                Err(e) => {
-                    // EMFILE and friends: back off instead of spinning.
-                    debug!("endpoint accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            let Some(held) = take(peer.ip()) else {
-                let _ = stream.set_zero_linger();
+    let slots = Slots::new(&limits);
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                debug!("endpoint accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
-            };
-            let _ = stream.set_nodelay(true);
-            tokio::spawn(connection(stream, answer.clone(), limits, held));
-        },
+            }
+        };
+        let Some(held) = slots.take(peer.ip()) else {
+            let _ = stream.set_zero_linger();
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(connection(stream, answer.clone(), limits, held));
+    }
+}
+
+/// Serves `listener` with `tls` (its ALPN offering HTTP/1.1) until the
+/// task is dropped.
+pub async fn serve_tls<F>(listener: TcpListener, tls: ServerTls, limits: Limits, answer: F)
+where
+    F: Fn(&str) -> Answer + Send + Sync + 'static,
+{
+    let answer = Arc::new(answer);
+    let slots = Slots::new(&limits);
+    let accept = AcceptLimits {
+        max_handshakes: limits.max_handshakes.max(1),
+        max_handshakes_per_ip: limits.max_handshakes_per_address,
+        ..AcceptLimits::default()
+    };
+    let mut incoming = tls::incoming(listener, tls, accept);
+    while let Some(conn) = incoming.next().await {
+        let Ok(conn) = conn else { continue };
+        let Ok(peer) = conn.get_ref().0.peer_addr() else {
+            continue;
+        };
+        let Some(held) = slots.take(peer.ip()) else {
+            debug!(%peer, "endpoint connection limit reached; closing a new connection");
+            continue;
+        };
+        tokio::spawn(connection(conn, answer.clone(), limits, held));
     }
 }
 

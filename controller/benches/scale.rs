@@ -25,10 +25,21 @@
 //! management kube-apiserver itself sustains, so a slow server is seen as
 //! such.
 //!
+//! Then an outage, at the first `--kube-qps`: a controller with a short
+//! `--stale-after` (`SCALE_STALE_SECS`, 30) while every Node's agent
+//! heartbeats (a third of that apart, as the agent's 5 min against the
+//! default 15 min); the writes over a quiet period of heartbeats alone; one
+//! workload cluster stopped (`control-plane.sh stop`) for
+//! `SCALE_OUTAGE_SECS` (60): the writes per Machine over the outage (each
+//! of its Machines once, to Unknown, none of the other cluster's), then the
+//! cluster started again: the time until all are True and the writes that
+//! took.
+//!
 //! `cargo bench -p sandbox-readiness-controller --bench scale` (release
 //! build of the controller). Knobs (environment): `SCALE_QPS` (default
 //! `50,200`), `SCALE_REST_SECS` (60), `SCALE_FLIPS` (120), `SCALE_PER_MD`
-//! (100).
+//! (100), `SCALE_OUTAGE_SECS` (60; 0 skips the outage), `SCALE_STALE_SECS`
+//! (30).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -492,11 +503,7 @@ fn ms(d: Duration) -> String {
 async fn server_rate(w: &World) -> f64 {
     use kube::api::{Api, DynamicObject, Patch, PatchParams};
     use kube::discovery::ApiResource;
-    let cfg = kube::config::Kubeconfig::read_from(w.mgmt.admin_kubeconfig()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(cfg, &Default::default())
-        .await
-        .unwrap();
-    let client = kube::Client::try_from(config).unwrap();
+    let client = admin_client(&w.mgmt).await;
     let ar = ApiResource {
         group: "cluster.x-k8s.io".into(),
         version: "v1beta2".into(),
@@ -532,6 +539,324 @@ async fn server_rate(w: &World) -> f64 {
     n as f64 / start.elapsed().as_secs_f64()
 }
 
+/// A kube-rs client as `c`'s admin (pooled connections: the heartbeats
+/// and the server's rate are not measured in TLS handshakes).
+async fn admin_client(c: &RealCluster) -> kube::Client {
+    let cfg = kube::config::Kubeconfig::read_from(c.admin_kubeconfig()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(cfg, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+/// One heartbeat of the agent on each of `nodes`: the condition's
+/// `lastHeartbeatTime` alone, as the agent's unchanged report writes it
+/// (a strategic merge by type keeps its status, reason and message);
+/// 16 at a time. Returns how many failed (a stopped server).
+async fn beat(client: &kube::Client, nodes: &[String]) -> usize {
+    use kube::api::{Api, DynamicObject, Patch, PatchParams};
+    use kube::discovery::ApiResource;
+    let ar = ApiResource {
+        group: String::new(),
+        version: "v1".into(),
+        api_version: "v1".into(),
+        kind: "Node".into(),
+        plural: "nodes".into(),
+    };
+    let mut set = tokio::task::JoinSet::new();
+    for lane in 0..16 {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        let mine: Vec<String> = nodes.iter().skip(lane).step_by(16).cloned().collect();
+        set.spawn(async move {
+            let mut failed = 0;
+            for n in mine {
+                let p = json!({"status":{"conditions":[{"type":TY,"lastHeartbeatTime":now()}]}});
+                if api
+                    .patch_status(&n, &PatchParams::default(), &Patch::Strategic(&p))
+                    .await
+                    .is_err()
+                {
+                    failed += 1;
+                }
+            }
+            failed
+        });
+    }
+    let mut failed = 0;
+    while let Some(r) = set.join_next().await {
+        failed += r.unwrap_or(0);
+    }
+    failed
+}
+
+/// The agents of every workload cluster not marked down, heartbeating every
+/// `every` until `stop`.
+struct Heartbeats {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    down: std::sync::Arc<Vec<std::sync::atomic::AtomicBool>>,
+    rounds: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Heartbeats {
+    fn start(
+        rt: &tokio::runtime::Runtime,
+        clients: Vec<kube::Client>,
+        nodes: Vec<Vec<String>>,
+        every: Duration,
+    ) -> Self {
+        use std::sync::{atomic::*, Arc};
+        let stop = Arc::new(AtomicBool::new(false));
+        let down = Arc::new(
+            (0..clients.len())
+                .map(|_| AtomicBool::new(false))
+                .collect::<Vec<_>>(),
+        );
+        let rounds = Arc::new(AtomicUsize::new(0));
+        let (s, d, r) = (stop.clone(), down.clone(), rounds.clone());
+        let task = rt.spawn(async move {
+            while !s.load(Ordering::Relaxed) {
+                let round = tokio::time::Instant::now();
+                for (c, client) in clients.iter().enumerate() {
+                    if !d[c].load(Ordering::Relaxed) {
+                        beat(client, &nodes[c]).await;
+                    }
+                }
+                r.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep_until(round + every).await;
+            }
+        });
+        Heartbeats {
+            stop,
+            down,
+            rounds,
+            task,
+        }
+    }
+
+    fn set_down(&self, c: usize, down: bool) {
+        self.down[c].store(down, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// What the outage phase measured.
+struct Outage {
+    stale_after: u64,
+    beat_every: Duration,
+    quiet_secs: u64,
+    quiet_writes: usize,
+    outage_secs: u64,
+    /// Of the stopped cluster's Machines: how many were written over the
+    /// outage, of how many, and the most writes one of them got.
+    down_written: usize,
+    down_total: usize,
+    down_max: usize,
+    /// The reasons those writes carried.
+    down_reasons: std::collections::BTreeMap<String, usize>,
+    /// The running cluster's Machines written over the outage (0 expected).
+    up_writes: usize,
+    /// From the stop to every one of its Machines Unknown.
+    all_unknown: Option<Duration>,
+    /// From the start to all Machines True again, and the writes it took.
+    recovered: Duration,
+    recover_writes: usize,
+    recover_max: usize,
+    hwm_mib: f64,
+    beat_rounds: usize,
+}
+
+/// The controller's Machine status writes since audit position `mark`:
+/// (namespace, name, the reason our condition was written with).
+fn machine_writes_since(w: &World, mark: usize) -> Vec<(String, String, String)> {
+    writes(w)
+        .iter()
+        .skip(mark)
+        .filter(|e| e["objectRef"]["resource"] == "machines")
+        .map(|e| {
+            let reason = e["requestObject"]["status"]["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == TY))
+                .map(|c| {
+                    format!(
+                        "{}/{}",
+                        c["status"].as_str().unwrap_or(""),
+                        c["reason"].as_str().unwrap_or("")
+                    )
+                })
+                .unwrap_or_else(|| "(not ours)".into());
+            (
+                e["objectRef"]["namespace"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                e["objectRef"]["name"].as_str().unwrap_or("").to_string(),
+                reason,
+            )
+        })
+        .collect()
+}
+
+fn per_machine_max(ws: &[(String, String, String)]) -> usize {
+    let mut n: std::collections::HashMap<(&str, &str), usize> = Default::default();
+    for (ns, m, _) in ws {
+        *n.entry((ns, m)).or_default() += 1;
+    }
+    n.values().copied().max().unwrap_or(0)
+}
+
+/// How many of workload cluster `c`'s Machines say `status` on the gate.
+fn count_in(w: &World, c: usize, status: &str) -> usize {
+    let list = w
+        .mgmt
+        .try_get(&format!(
+            "/apis/cluster.x-k8s.io/v1beta2/namespaces/tenant-{c}/machines"
+        ))
+        .ok()
+        .flatten()
+        .unwrap_or(Value::Null);
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| gate(m).is_some_and(|g| g.0 == status))
+        .count()
+}
+
+/// The outage phase (see the top of the file).
+fn outage(
+    w: &World,
+    rt: &tokio::runtime::Runtime,
+    qps: f64,
+    quiet: Duration,
+    down_for: Duration,
+    stale: Duration,
+) -> Outage {
+    let clients: Vec<kube::Client> = w.wl.iter().map(|c| rt.block_on(admin_client(c))).collect();
+    let nodes: Vec<Vec<String>> = (0..CLUSTERS)
+        .map(|c| {
+            w.machines
+                .iter()
+                .filter(|m| m.2 == c)
+                .map(|m| m.3.clone())
+                .collect()
+        })
+        .collect();
+    // Fresh heartbeats before the controller's first look.
+    for (c, client) in clients.iter().enumerate() {
+        assert_eq!(
+            rt.block_on(beat(client, &nodes[c])),
+            0,
+            "heartbeats of cluster {c}"
+        );
+    }
+    let every = stale / 3;
+    let hb = Heartbeats::start(rt, clients.clone(), nodes.clone(), every);
+    let stale_arg = format!("{}s", stale.as_secs());
+    let mut child = spawn(w, qps, &["--stale-after", &stale_arg]);
+    let pid = child.id();
+    let total = w.machines.len();
+    let t = Instant::now();
+    while count_true(&w.mgmt).0 != total {
+        assert!(
+            t.elapsed() < Duration::from_secs(300),
+            "outage: not all True before the outage"
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    // Its start settles (every Machine reconciled once) before the quiet
+    // period counts.
+    std::thread::sleep(Duration::from_secs(10));
+    let mark = writes(w).len();
+    std::thread::sleep(quiet);
+    let quiet_writes = writes(w).len() - mark;
+    eprintln!(
+        "outage: {quiet_writes} writes over {} s of heartbeats alone",
+        quiet.as_secs()
+    );
+
+    // Cluster 0 down.
+    let down_total = nodes[0].len();
+    hb.set_down(0, true);
+    let mark = writes(w).len();
+    w.wl[0].stop();
+    let stopped = Instant::now();
+    let mut all_unknown = None;
+    while stopped.elapsed() < down_for {
+        if all_unknown.is_none() && count_in(w, 0, "Unknown") == down_total {
+            all_unknown = Some(stopped.elapsed());
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let during = machine_writes_since(w, mark);
+    let down: Vec<_> = during
+        .iter()
+        .filter(|m| m.0 == "tenant-0")
+        .cloned()
+        .collect();
+    let mut down_reasons = std::collections::BTreeMap::new();
+    for (_, _, r) in &down {
+        *down_reasons.entry(r.clone()).or_insert(0) += 1;
+    }
+    let down_written = down
+        .iter()
+        .map(|m| &m.1)
+        .collect::<std::collections::HashSet<_>>()
+        .len();
+    let up_writes = during.len() - down.len();
+    eprintln!("outage: {} writes over {} s of outage: {down_reasons:?}; the running cluster's: {up_writes}", down.len(), down_for.as_secs());
+
+    // Cluster 0 back: the server, then its agents' next heartbeat.
+    let mark = writes(w).len();
+    w.wl[0].start();
+    let restarted = Instant::now();
+    let failed = rt.block_on(beat(&clients[0], &nodes[0]));
+    hb.set_down(0, false);
+    eprintln!(
+        "outage: cluster 0 started, its {} agents beat ({failed} failed) after {:.1} s",
+        nodes[0].len(),
+        restarted.elapsed().as_secs_f64()
+    );
+    while count_true(&w.mgmt).0 != total {
+        assert!(
+            restarted.elapsed() < Duration::from_secs(300),
+            "outage: not all True 300 s after the restart"
+        );
+        if let Ok(Some(st)) = child.try_wait() {
+            panic!("the controller exited: {st}");
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let recovered = restarted.elapsed();
+    std::thread::sleep(Duration::from_secs(2));
+    let rec = machine_writes_since(w, mark);
+    let hwm = vm_hwm_kib(pid).unwrap_or(0) as f64 / 1024.0;
+    hb.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let beat_rounds = hb.rounds.load(std::sync::atomic::Ordering::Relaxed);
+    rt.block_on(async {
+        let _ = hb.task.await;
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    Outage {
+        stale_after: stale.as_secs(),
+        beat_every: every,
+        quiet_secs: quiet.as_secs(),
+        quiet_writes,
+        outage_secs: down_for.as_secs(),
+        down_written,
+        down_total,
+        down_max: per_machine_max(&down),
+        down_reasons,
+        up_writes,
+        all_unknown,
+        recovered,
+        recover_writes: rec.len(),
+        recover_max: per_machine_max(&rec),
+        hwm_mib: hwm,
+        beat_rounds,
+    }
+}
+
 struct Figures {
     qps: f64,
     all_written: Duration,
@@ -545,7 +870,7 @@ struct Figures {
     secret_reads: (usize, usize),
 }
 
-fn spawn(w: &World, qps: f64) -> Child {
+fn spawn(w: &World, qps: f64, extra: &[&str]) -> Child {
     // SCALE_CONTROLLER_BIN: another build of the controller (the image's
     // static musl one), whose allocator is not glibc's.
     let bin = std::env::var_os("SCALE_CONTROLLER_BIN")
@@ -554,6 +879,7 @@ fn spawn(w: &World, qps: f64) -> Child {
         .arg("--kubeconfig")
         .arg(w.mgmt.admin_kubeconfig())
         .args(["--kube-qps", &qps.to_string()])
+        .args(extra)
         .env("SANDBOX_READINESS_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -586,7 +912,7 @@ fn clear(w: &World) {
 fn run(w: &World, qps: f64, rest: Duration, flips: usize) -> Figures {
     let mark = writes(w).len();
     let reads_mark = w.mgmt.secret_reads().len();
-    let mut child = spawn(w, qps);
+    let mut child = spawn(w, qps, &[]);
     let pid = child.id();
     let start = Instant::now();
     let total = w.machines.len();
@@ -761,6 +1087,9 @@ fn main() {
         );
         rows.push(f);
     }
+    let outage_secs = env_secs("SCALE_OUTAGE_SECS", 60);
+    let stale = env_secs("SCALE_STALE_SECS", 30);
+    let out = (!outage_secs.is_zero()).then(|| outage(&w, &rt, qps[0], rest, outage_secs, stale));
     let rate = rt.block_on(server_rate(&w));
     println!("| --kube-qps | all {} written | target | peak RSS (VmHWM) | writes at rest | flip → Machine p50 / p99 / max (n) | server alone |", CLUSTERS * MDS_PER_CLUSTER * per_md());
     println!("|---|---|---|---|---|---|---|");
@@ -782,4 +1111,38 @@ fn main() {
             rate
         );
     }
+    if let Some(o) = out {
+        println!();
+        println!("| --kube-qps | --stale-after | heartbeats | writes over heartbeats alone | one cluster down | its Machines written (most to one) | their reasons | the other's written | all its Machines Unknown after | all True after restart | writes to recover (most to one) | peak RSS |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+        println!(
+            "| {} | {} s | every {:.0} s ({} rounds) | {} in {} s | {} s | {} of {} ({}) | {:?} | {} | {} | {:.1} s | {} ({}) | {:.1} MiB |",
+            qps[0],
+            o.stale_after,
+            o.beat_every.as_secs_f64(),
+            o.beat_rounds,
+            o.quiet_writes,
+            o.quiet_secs,
+            o.outage_secs,
+            o.down_written,
+            o.down_total,
+            o.down_max,
+            o.down_reasons,
+            o.up_writes,
+            o.all_unknown.map_or("not within the outage".into(), |d| format!("{:.0} s", d.as_secs_f64())),
+            o.recovered.as_secs_f64(),
+            o.recover_writes,
+            o.recover_max,
+            o.hwm_mib
+        );
+    }
+}
+
+fn env_secs(key: &str, default: u64) -> Duration {
+    Duration::from_secs(
+        std::env::var(key)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default),
+    )
 }

@@ -48,9 +48,8 @@ pub fn answer(
 /// Serves `listener` (bound at start by [`crate::ops::Ops::start`]) in the
 /// background.
 pub fn serve(listener: TcpListener, e: Endpoints) {
-    tokio::spawn(endpoints::serve(
+    tokio::spawn(endpoints::serve_plain(
         listener,
-        None,
         Limits::default(),
         move |path| {
             let m = &e.metrics;

@@ -59,8 +59,9 @@ impl Scrape {
 /// [`Limits::default`]: a few Prometheus servers, each keeping one
 /// connection open.
 pub async fn serve(listener: TcpListener, tls: Option<ServerTls>, scrape: Scrape) {
-    endpoints::serve(listener, tls, Limits::default(), move |path| {
-        scrape.answer(path)
-    })
-    .await;
+    let answer = move |path: &str| scrape.answer(path);
+    match tls {
+        Some(tls) => endpoints::serve_tls(listener, tls, Limits::default(), answer).await,
+        None => endpoints::serve_plain(listener, Limits::default(), answer).await,
+    }
 }
