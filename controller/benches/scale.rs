@@ -778,8 +778,14 @@ fn outage(
     let down_total = nodes[0].len();
     hb.set_down(0, true);
     let mark = writes(w).len();
-    w.wl[0].stop();
+    // The outage's clock starts as its agents' heartbeats stop and the
+    // server is asked to stop (which takes seconds).
     let stopped = Instant::now();
+    w.wl[0].stop();
+    eprintln!(
+        "outage: cluster 0 stopped in {:.1} s",
+        stopped.elapsed().as_secs_f64()
+    );
     let mut all_unknown = None;
     while stopped.elapsed() < down_for {
         if all_unknown.is_none() && count_in(w, 0, "Unknown") == down_total {
@@ -807,7 +813,12 @@ fn outage(
 
     // Cluster 0 back: the server, then its agents' next heartbeat.
     let mark = writes(w).len();
+    let starting = Instant::now();
     w.wl[0].start();
+    eprintln!(
+        "outage: cluster 0 started in {:.1} s",
+        starting.elapsed().as_secs_f64()
+    );
     let restarted = Instant::now();
     let failed = rt.block_on(beat(&clients[0], &nodes[0]));
     hb.set_down(0, false);
