@@ -141,13 +141,19 @@ pub fn body(resource_version: &str, conditions: &[Value]) -> Value {
 }
 
 /// The Event a transition to `to` records: (type, reason).
-/// A first `Unknown` (a new Machine) records none: nothing was judged.
+/// A Machine's first condition records none unless it is `False`: a first
+/// `Unknown` (a new Machine) judged nothing, and a first `True` changed
+/// nothing a reader waits on — it is what the controller writes onto every
+/// ready Machine when it is installed (1,000 Events for 1,000 Machines,
+/// half the writes of that start). A rollout's new Machine goes Unknown →
+/// True and records its `SandboxReady`; a new broken node records its
+/// Warning.
 pub fn event_for(from: Option<Status>, to: Status) -> Option<(&'static str, &'static str)> {
     if from == Some(to) {
         return None;
     }
     match (from, to) {
-        (None, Status::Unknown) => None,
+        (None, Status::Unknown | Status::True) => None,
         (_, Status::True) => Some(("Normal", "SandboxReady")),
         (_, Status::False | Status::Unknown) => Some(("Warning", "SandboxNotReady")),
     }
@@ -344,7 +350,7 @@ mod tests {
         use Status::*;
         assert_eq!(event_for(None, Unknown), None);
         assert_eq!(event_for(Some(Unknown), Unknown), None);
-        assert_eq!(event_for(None, True), Some(("Normal", "SandboxReady")));
+        assert_eq!(event_for(None, True), None);
         assert_eq!(
             event_for(Some(False), True),
             Some(("Normal", "SandboxReady"))
