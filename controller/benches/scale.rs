@@ -473,8 +473,8 @@ fn vm_hwm_kib(pid: u32) -> Option<u64> {
 /// The controller's writes in the management server's audit log (the log
 /// also holds every Secret's body: only the controller's lines are parsed).
 fn writes(w: &World) -> Vec<Value> {
-    let text = std::fs::read_to_string(w.mgmt.dir().join("audit.log")).unwrap_or_default();
-    text.lines()
+    cluster::audit_lines(&w.mgmt.dir().join("audit.log"))
+        .iter()
         .filter(|l| l.contains(UA))
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|e| {
@@ -923,6 +923,7 @@ fn clear(w: &World) {
 fn run(w: &World, qps: f64, rest: Duration, flips: usize) -> Figures {
     let mark = writes(w).len();
     let reads_mark = w.mgmt.secret_reads().len();
+    let spawned = SystemTime::now();
     let mut child = spawn(w, qps, &[]);
     let pid = child.id();
     let start = Instant::now();
@@ -963,6 +964,25 @@ fn run(w: &World, qps: f64, rest: Duration, flips: usize) -> Figures {
         .collect();
     let kubeconfig_reads = reads.iter().filter(|n| n.ends_with("-kubeconfig")).count();
     let secret_reads = (kubeconfig_reads, reads.len() - kubeconfig_reads);
+    // Where the time went: the controller's start to its first Machine
+    // write, and the span of its Machine writes (the server's clock).
+    let at: Vec<Duration> = writes(w)
+        .iter()
+        .skip(mark)
+        .filter(|e| e["objectRef"]["resource"] == "machines")
+        .filter_map(|e| e["requestReceivedTimestamp"].as_str())
+        .filter_map(|t| humantime::parse_rfc3339(t).ok())
+        .filter_map(|t| t.duration_since(spawned).ok())
+        .collect();
+    if let (Some(first), Some(last)) = (at.iter().min(), at.iter().max()) {
+        eprintln!(
+            "qps {qps}: first Machine write {:.1} s after the controller's start, last {:.1} s ({} writes, {:.0}/s between)",
+            first.as_secs_f64(),
+            last.as_secs_f64(),
+            at.len(),
+            at.len() as f64 / (*last - *first).as_secs_f64().max(0.001)
+        );
+    }
     let mut by: std::collections::BTreeMap<String, usize> = Default::default();
     for e in writes(w).iter().skip(mark) {
         let o = &e["objectRef"];

@@ -128,8 +128,9 @@ impl Cluster {
     }
 
     fn audit(&self) -> Vec<Value> {
-        std::fs::read_to_string(self.dir.join("audit.log"))
-            .unwrap_or_default()
+        // Bytes, not a string: the server may be writing the last line, and
+        // stop mid-character; only whole lines parse.
+        String::from_utf8_lossy(&std::fs::read(self.dir.join("audit.log")).unwrap_or_default())
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
             .filter(|e| e["stage"] == "ResponseComplete")

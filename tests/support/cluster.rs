@@ -570,9 +570,8 @@ impl RealCluster {
 
     /// Every event the audit log holds so far (ResponseComplete).
     fn audit_events(&self) -> Vec<AuditEvent> {
-        let text = std::fs::read_to_string(self.dir.join("audit.log")).unwrap_or_default();
-        // The last line may be half written: only whole JSON lines count.
-        text.lines()
+        audit_lines(&self.dir.join("audit.log"))
+            .iter()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
             .filter(|e| e["stage"] == "ResponseComplete")
             .collect()
@@ -801,6 +800,22 @@ rm -rf "$d""#;
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
+}
+
+/// The whole lines of an audit log as it is being written. The server may
+/// be writing its last line: that part is left out, and it may end in the
+/// middle of a character (a condition message's dash), so the file is read
+/// as bytes — read as a string it would be an error, and read as nothing.
+pub fn audit_lines(path: &Path) -> Vec<String> {
+    let bytes = std::fs::read(path).unwrap_or_default();
+    let whole = bytes
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(&bytes[..0], |end| &bytes[..=end]);
+    String::from_utf8_lossy(whole)
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
 
 /// Polls `cond` every 100 ms until it holds; fails the test with `what`
