@@ -857,15 +857,23 @@ mod through_the_proxy {
             || s.status().as_deref() == Some("True"),
         );
         let (old_id, new_id) = (x509_id(&old.cert_pem), x509_id(&new.cert_pem));
-        let reqs = s.proxy.requests();
         let who = format!("system:node:{}", s.node);
-        assert!(
-            reqs.iter().any(|r| r.method == "PATCH"
-                && r.status == 200
-                && r.user.as_deref() == Some(who.as_str())
-                && r.credential.as_deref() == Some(new_id.as_str())),
-            "{reqs:?}"
-        );
+        // The proxy records a request once the server has answered it: the
+        // server's True can be read a moment before the record is made.
+        let patched_with_new = |reqs: &[test_api::proxy::RequestRecord]| {
+            reqs.iter().any(|r| {
+                r.method == "PATCH"
+                    && r.status == 200
+                    && r.user.as_deref() == Some(who.as_str())
+                    && r.credential.as_deref() == Some(new_id.as_str())
+            })
+        };
+        let start = Instant::now();
+        while !patched_with_new(&s.proxy.requests()) && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let reqs = s.proxy.requests();
+        assert!(patched_with_new(&reqs), "{reqs:?}");
         assert!(
             !reqs
                 .iter()
@@ -914,13 +922,21 @@ mod through_the_proxy {
             || s.status().as_deref() == Some("True"),
         );
         eprintln!("written after three faults in {:?}", flipped.elapsed());
-        let answers: Vec<u16> = s
-            .proxy
-            .requests()
-            .iter()
-            .filter(|r| r.method == "PATCH" && r.path == path)
-            .map(|r| r.status)
-            .collect();
+        // The proxy records the 200 once the server has answered it, which
+        // can be a moment after the True is readable.
+        let answers = || -> Vec<u16> {
+            s.proxy
+                .requests()
+                .iter()
+                .filter(|r| r.method == "PATCH" && r.path == path)
+                .map(|r| r.status)
+                .collect()
+        };
+        let start = Instant::now();
+        while !answers().contains(&200) && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let answers = answers();
         assert_eq!(
             answers.get(..4),
             Some(&[503, 429, 500, 200][..]),
