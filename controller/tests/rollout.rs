@@ -57,14 +57,6 @@ struct Played {
     raised: bool,
 }
 
-fn owner<'a>(obj: &'a Value, kind: &str) -> Option<&'a str> {
-    obj["metadata"]["ownerReferences"]
-        .as_array()?
-        .iter()
-        .find(|o| o["kind"] == kind)?["name"]
-        .as_str()
-}
-
 /// `machine.sysctls` of a machine config (its documents).
 fn sysctls_of(config: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
@@ -105,7 +97,7 @@ fn play(env: &Env, p: &Mutex<Played>) {
         {
             continue;
         }
-        let Some(machine) = owner(tm, "Machine") else {
+        let Some(machine) = cluster::owner_name(tm, "Machine") else {
             continue;
         };
         let Some(m) = env

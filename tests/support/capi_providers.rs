@@ -48,9 +48,8 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 
 use crate::common::{Agent, AgentSpec};
-use crate::support::cluster::RealCluster;
+use crate::support::cluster::{owner_name, RealCluster};
 
-pub const CRDS: &str = include_str!("capi/crds.yaml");
 const FINALIZER: &str = "test.sandbox-readiness.io/machine";
 const INFRA: &str = "/apis/infrastructure.cluster.x-k8s.io/v1alpha1";
 const CONTROL: &str = "/apis/controlplane.cluster.x-k8s.io/v1alpha1";
@@ -83,18 +82,7 @@ impl Providers {
     /// Registers the CRDs on `mgmt` (idempotent) and starts the providers
     /// for the objects in namespace `ns`.
     pub fn start(mgmt: Arc<RealCluster>, workload: Arc<RealCluster>, ns: &str) -> Providers {
-        mgmt.kubectl_ok(&["apply", "--server-side", "-f", "-"], Some(CRDS));
-        mgmt.kubectl_ok(
-            &[
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                "crd",
-                "-l",
-                "sandbox-readiness.io/test-provider=true",
-            ],
-            None,
-        );
+        mgmt.register_test_provider_crds();
         let stop = Arc::new(AtomicBool::new(false));
         let record = Arc::new(Mutex::new(Record::default()));
         let mut world = World {
@@ -148,14 +136,6 @@ fn items(list: Result<Option<Value>, String>) -> Vec<Value> {
         .flatten()
         .and_then(|l| l["items"].as_array().cloned())
         .unwrap_or_default()
-}
-
-fn owner<'a>(obj: &'a Value, kind: &str) -> Option<&'a str> {
-    obj["metadata"]["ownerReferences"]
-        .as_array()?
-        .iter()
-        .find(|o| o["kind"] == kind)?["name"]
-        .as_str()
 }
 
 impl World {
@@ -214,7 +194,7 @@ impl World {
         ))) {
             let name = cp["metadata"]["name"].as_str().unwrap_or_default();
             // CAPI sets the Cluster as owner once it reconciles the reference.
-            let Some(cluster) = owner(&cp, "Cluster") else {
+            let Some(cluster) = owner_name(&cp, "Cluster") else {
                 continue;
             };
             let secret = format!("{cluster}-kubeconfig");
@@ -314,7 +294,7 @@ impl World {
     /// data is not there yet, `Err(why)` when the config is refused.
     fn provision(&mut self, m: &Value, name: &str) -> Result<(), String> {
         use sandbox_readiness::desired::{talos, yaml};
-        let machine = owner(m, "Machine").ok_or_default()?;
+        let machine = owner_name(m, "Machine").ok_or_default()?;
         let machine = self
             .mgmt
             .try_get(&format!(

@@ -226,6 +226,27 @@ impl RealCluster {
         );
     }
 
+    /// Registers the test providers' CRDs (tests/support/capi/crds.yaml:
+    /// the played infrastructure and control plane) and waits until they
+    /// are served.
+    pub fn register_test_provider_crds(&self) {
+        self.kubectl_ok(
+            &["apply", "--server-side", "-f", "-"],
+            Some(include_str!("capi/crds.yaml")),
+        );
+        self.kubectl_ok(
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd",
+                "-l",
+                "sandbox-readiness.io/test-provider=true",
+            ],
+            None,
+        );
+    }
+
     /// Stops the Cluster API and CABPT managers and removes their admission
     /// webhooks: objects made while they ran stay, and from now on no
     /// Cluster API controller acts on them (a test then plays it).
@@ -827,6 +848,15 @@ pub fn poll(within: Duration, what: &str, mut cond: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "{what}: not within {within:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// The name of `obj`'s owner of kind `kind` (its ownerReferences).
+pub fn owner_name<'a>(obj: &'a Value, kind: &str) -> Option<&'a str> {
+    obj["metadata"]["ownerReferences"]
+        .as_array()?
+        .iter()
+        .find(|o| o["kind"] == kind)?["name"]
+        .as_str()
 }
 
 /// The identity an audit event names for the credential used

@@ -58,8 +58,6 @@ pub const STRATEGIC: &str = "application/strategic-merge-patch+json";
 /// The User-Agent the controller sends (controller/src/qps.rs): how its
 /// requests are told from the test's and Cluster API's in the audit log.
 pub const UA: &str = "sandbox-readiness-controller/";
-/// The test providers' CRDs, shared with tests/capi_rollout.rs.
-pub const TEST_PROVIDER_CRDS: &str = include_str!("../../../tests/support/capi/crds.yaml");
 
 pub fn b64(s: &str) -> String {
     use base64::Engine;
@@ -107,21 +105,7 @@ pub fn rendered() -> Vec<Value> {
 /// Registers the test providers' CRDs and starts Cluster API on `c`.
 pub fn prepare_management(c: &RealCluster) {
     c.start_capi();
-    c.kubectl_ok(
-        &["apply", "--server-side", "-f", "-"],
-        Some(TEST_PROVIDER_CRDS),
-    );
-    c.kubectl_ok(
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd",
-            "-l",
-            "sandbox-readiness.io/test-provider=true",
-        ],
-        None,
-    );
+    c.register_test_provider_crds();
 }
 
 /// The management cluster the tests of this binary share, Cluster API
