@@ -16,7 +16,7 @@ use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::{json, Value};
-use test_api::proxy::{ClientCert, FaultProxy, Scripted};
+use test_api::proxy::{ClientCert, FaultProxy, RequestRecord, Scripted};
 
 // ------------------------------------------------------------ the cluster
 
@@ -821,15 +821,9 @@ fn a_watch_streams_through_and_can_be_rewritten() {
         .unwrap();
     // The first GET (kubectl's list) takes the rewrite; wait for the watch
     // itself to be open through the proxy before changing the Node.
-    let deadline = Instant::now() + T;
-    while !p.requests().iter().any(|r| r.query.contains("watch=true")) {
-        assert!(
-            Instant::now() < deadline,
-            "kubectl never watched: {:?}",
-            p.requests()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let watching = |reqs: &[RequestRecord]| reqs.iter().any(|r| r.query.contains("watch=true"));
+    let reqs = p.requests_when(T, watching);
+    assert!(watching(&reqs), "kubectl never watched: {reqs:?}");
     let (code, _, err) = c.kubectl(&c.admin(), &["label", "node", &node, "proxy-watch=seen"]);
     assert_eq!(code, 0, "{err}");
     let stdout = watch.stdout.take().unwrap();

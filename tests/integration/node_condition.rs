@@ -779,7 +779,7 @@ mod through_the_proxy {
         time::{Duration, Instant},
     };
 
-    use test_api::proxy::{ClientCert, FaultProxy, Scripted};
+    use test_api::proxy::{ClientCert, FaultProxy, RequestRecord, Scripted};
 
     /// A Node of its own on the shared real cluster, registered as kubelet
     /// does, a fault proxy in front of the cluster, and a private directory
@@ -858,9 +858,7 @@ mod through_the_proxy {
         );
         let (old_id, new_id) = (x509_id(&old.cert_pem), x509_id(&new.cert_pem));
         let who = format!("system:node:{}", s.node);
-        // The proxy records a request once the server has answered it: the
-        // server's True can be read a moment before the record is made.
-        let patched_with_new = |reqs: &[test_api::proxy::RequestRecord]| {
+        let patched_with_new = |reqs: &[RequestRecord]| {
             reqs.iter().any(|r| {
                 r.method == "PATCH"
                     && r.status == 200
@@ -868,11 +866,9 @@ mod through_the_proxy {
                     && r.credential.as_deref() == Some(new_id.as_str())
             })
         };
-        let start = Instant::now();
-        while !patched_with_new(&s.proxy.requests()) && start.elapsed() < Duration::from_secs(5) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let reqs = s.proxy.requests();
+        let reqs = s
+            .proxy
+            .requests_when(Duration::from_secs(5), patched_with_new);
         assert!(patched_with_new(&reqs), "{reqs:?}");
         assert!(
             !reqs
@@ -922,21 +918,16 @@ mod through_the_proxy {
             || s.status().as_deref() == Some("True"),
         );
         eprintln!("written after three faults in {:?}", flipped.elapsed());
-        // The proxy records the 200 once the server has answered it, which
-        // can be a moment after the True is readable.
-        let answers = || -> Vec<u16> {
-            s.proxy
-                .requests()
-                .iter()
+        let answers = |reqs: &[RequestRecord]| -> Vec<u16> {
+            reqs.iter()
                 .filter(|r| r.method == "PATCH" && r.path == path)
                 .map(|r| r.status)
                 .collect()
         };
-        let start = Instant::now();
-        while !answers().contains(&200) && start.elapsed() < Duration::from_secs(5) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let answers = answers();
+        let answers = answers(
+            &s.proxy
+                .requests_when(Duration::from_secs(5), |r| answers(r).contains(&200)),
+        );
         assert_eq!(
             answers.get(..4),
             Some(&[503, 429, 500, 200][..]),

@@ -836,6 +836,25 @@ impl FaultProxy {
         guard(&self.inner.log).clone()
     }
 
+    /// The record once `holds` is true of it, or as it stands after
+    /// `within` (the caller asserts, with the record to show). A request is
+    /// recorded once the server has answered it, a moment after a client
+    /// may already read its effect through another connection.
+    pub fn requests_when(
+        &self,
+        within: Duration,
+        holds: impl Fn(&[RequestRecord]) -> bool,
+    ) -> Vec<RequestRecord> {
+        let deadline = Instant::now() + within;
+        loop {
+            let reqs = self.requests();
+            if holds(&reqs) || Instant::now() >= deadline {
+                return reqs;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn clear_requests(&self) {
         guard(&self.inner.log).clear();
     }
