@@ -202,12 +202,8 @@ where
 }
 
 /// One connection, holding its slots until it ends.
-async fn connection<IO, F>(
-    io: IO,
-    answer: Arc<F>,
-    limits: Limits,
-    held: (OwnedSemaphorePermit, impl Send),
-) where
+async fn connection<IO, F>(io: IO, answer: Arc<F>, limits: Limits, held: Held)
+where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     F: Fn(&str) -> Answer + Send + Sync + 'static,
 {

@@ -485,12 +485,6 @@ impl PerAddress {
             key,
         }))
     }
-
-    /// Connections held now from `ip`'s address.
-    pub fn held(&self, ip: IpAddr) -> usize {
-        let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        counts.get(&address_key(ip)).copied().unwrap_or(0)
-    }
 }
 
 /// One connection's place in its address's count, given back on drop.
