@@ -501,7 +501,7 @@ async fn serve_runs_the_canary_as_soon_as_the_sandbox_image_arrives() {
 async fn serve_retries_a_failed_canary_soon_until_the_runtime_is_mended() {
     // The handler's OCI runtime is missing (its `BinaryName` names nothing,
     // as a node whose runtime binary is not installed yet), then restored
-    // 20 s after the agent started.
+    // after the canary's second run.
     let bin = tempfile::tempdir().unwrap();
     let runc = bin.path().join("runc");
     let ctd = Containerd::start(
@@ -511,7 +511,7 @@ async fn serve_retries_a_failed_canary_soon_until_the_runtime_is_mended() {
     );
     import_pause(&ctd);
     let agent = serve_requiring_runc(&ctd);
-    let (failed, _) = fails_until_restored_at_20s(&agent, &ctd, "runc", || {
+    let (failed, _) = fails_until_restored_after_run_2(&agent, &ctd, "runc", || {
         std::os::unix::fs::symlink(common::on_path("runc").expect("runc"), &runc).unwrap()
     })
     .await;
@@ -524,11 +524,13 @@ async fn serve_retries_a_failed_canary_soon_until_the_runtime_is_mended() {
 }
 
 /// The retry schedule as both restore tests play it: the `handler` canary
-/// fails within 15 s of the agent's start, `restore` mends the node 20 s
-/// after the start, and the canary passes within 60 s of that, at its third
-/// run (start, 15 s, 45 s), leaving no sandbox behind. Returns the failed
-/// and the passed canary.
-async fn fails_until_restored_at_20s(
+/// fails at the agent's start and again at its first retry (15 s later);
+/// once the agent has served that second failure, `restore` mends the node,
+/// and the canary passes at its third run (30 s after the second), leaving
+/// no sandbox behind. The mend follows the agent's own run counter, not a
+/// clock: on a slow machine the second run may come late, and a mend made
+/// before it would pass at run 2. Returns the failed and the passed canary.
+async fn fails_until_restored_after_run_2(
     agent: &common::Agent,
     ctd: &Containerd,
     handler: &str,
@@ -542,10 +544,22 @@ async fn fails_until_restored_at_20s(
         Duration::from_secs(15),
     )
     .await;
-    tokio::time::sleep(
-        (started + Duration::from_secs(20)).saturating_duration_since(Instant::now()),
-    )
-    .await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (c, runs) = served_canary(&agent.url(), handler).await;
+        if runs >= 2 {
+            assert_eq!(runs, 2, "{}", agent.log().text());
+            let outcome = c.and_then(|c| c.result).map(|r| r.outcome());
+            assert_eq!(outcome, Some(ProbeOutcome::Failed), "{}", agent.log().text());
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no second canary run within 60 s\n{}",
+            agent.log().text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     restore();
     let restored = Instant::now();
     let (took, passed) = until_served(
@@ -569,8 +583,8 @@ async fn fails_until_restored_at_20s(
 async fn serve_retries_a_failed_runsc_canary_until_its_shim_is_restored() {
     // The runsc handler's shim (containerd-shim-runsc-v1, a stand-in: see
     // runc_shim_as_runsc) is removed when the agent starts, as on a node
-    // whose gVisor extension has not laid it down yet, and restored 20 s
-    // after the agent started.
+    // whose gVisor extension has not laid it down yet, and restored after
+    // the canary's second run.
     let shims = tempfile::tempdir().unwrap();
     let stash = tempfile::tempdir().unwrap();
     let stashed = runc_shim_as_runsc(stash.path());
@@ -592,7 +606,7 @@ async fn serve_retries_a_failed_runsc_canary_until_its_shim_is_restored() {
             "runsc",
         ],
     );
-    let (failed, passed) = fails_until_restored_at_20s(&agent, &ctd, "runsc", || {
+    let (failed, passed) = fails_until_restored_after_run_2(&agent, &ctd, "runsc", || {
         std::fs::rename(&stashed, &shim).unwrap()
     })
     .await;

@@ -640,12 +640,15 @@ fn a_workload_outage_costs_one_write_per_machine() {
     // Stale after 30 s: fifteen of the agents' 2 s heartbeats (the
     // providers'), so a loaded machine's late heartbeat is no outage.
     pool.start_controller_with(&["--stale-after", "30s"]);
-    std::thread::sleep(Duration::from_secs(3));
-    assert!(
-        machines.iter().all(|m| pool.gate_is(m, "True")),
-        "the Machines are not True before the outage\n{}",
-        pool.diagnose()
-    );
+    let started = Instant::now();
+    while !machines.iter().all(|m| pool.gate_is(m, "True")) {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the Machines are not True before the outage\n{}",
+            pool.diagnose()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
     let mark = pool.mgmt.audit_mark();
     pool.workload.stop();
     let down = Instant::now();
@@ -839,22 +842,17 @@ fn paused_machines_insecure_kubeconfigs_negative_gates_and_big_nodes() {
         Some("WorkloadKubeconfigRefused"),
         Duration::from_secs(30),
     );
-    // The paused Machine is not written, though it is of the same cluster.
-    std::thread::sleep(Duration::from_secs(3));
+    // The paused Machine is not written, though it is of the same cluster:
+    // it is still True, and once unpaused it gets what its neighbour has,
+    // every write to it received after the unpause (a check after a sleep
+    // would only show that nothing was written *yet*).
     assert_eq!(
         gate_of(&pool, paused).map(|g| g.0).as_deref(),
         Some("True"),
         "{}",
         pool.diagnose()
     );
-    let writes = pool.mgmt.audit_writes_since(mark, our_condition_write);
-    assert!(
-        writes
-            .iter()
-            .all(|e| e["objectRef"]["name"] != paused.as_str()),
-        "a paused Machine was written: {writes:#?}"
-    );
-    // Unpaused, it gets what its neighbour has.
+    let unpaused = pool.mgmt.audit_mark();
     pool.mgmt.write(
         "PATCH",
         &machine_path(paused),
@@ -867,6 +865,16 @@ fn paused_machines_insecure_kubeconfigs_negative_gates_and_big_nodes() {
         "Unknown",
         Some("WorkloadKubeconfigRefused"),
         Duration::from_secs(30),
+    );
+    let writes = pool.mgmt.audit_wait(
+        Duration::from_secs(10),
+        mark,
+        |e| our_condition_write(e) && e["objectRef"]["name"] == paused.as_str(),
+        |w| !w.is_empty(),
+    );
+    assert!(
+        writes.iter().all(|e| unpaused.precedes(e)),
+        "a paused Machine was written: {writes:#?}"
     );
     // 3. The operator's leave accepts that transport.
     pool.stop_controller();

@@ -262,6 +262,8 @@ pub struct Elector {
     /// The last record read and when this candidate first saw it.
     observed: Option<(Record, Instant)>,
     leading: bool,
+    /// The holder last logged while standing by (logged once per holder).
+    standing_by: Option<String>,
     /// This candidate's place in the jitter: a random fraction drawn once.
     /// Not the process id, which is 1 in every container.
     spread: f64,
@@ -296,6 +298,7 @@ impl Elector {
             metrics,
             observed: None,
             leading: false,
+            standing_by: None,
             spread: random_fraction(),
         }
     }
@@ -431,6 +434,13 @@ impl Elector {
                 if self.leading {
                     self.leading = false;
                     tracing::warn!(identity = %self.identity, holder = ?holder, "lost the lease; no longer writing");
+                } else if holder.is_some() && holder != self.standing_by {
+                    // Once per holder: an operator (and a test) can see that a
+                    // standby is alive and found the Lease held.
+                    tracing::info!(identity = %self.identity, holder = ?holder, "standing by; the lease is held");
+                }
+                if holder.is_some() {
+                    self.standing_by = holder;
                 }
             }
             Ok(Err(e)) => {

@@ -203,6 +203,7 @@ async fn write(
         let old = patch::existing(&conds, ty);
         let now = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
         let Some(plan) = patch::plan(&conds, ty, verdict, current.metadata.generation, &now) else {
+            tracing::debug!(machine = %name, "condition unchanged; nothing to write");
             return Ok(());
         };
         let Some(rv) = current.resource_version() else {

@@ -59,8 +59,11 @@ fn requests_follow_the_token_bucket_and_nothing_is_written_at_rest() {
         );
         std::thread::sleep(Duration::from_millis(200));
     };
-    std::thread::sleep(Duration::from_millis(500));
-    let writes = env.mgmt.audit_writes_since(mark, mine);
+    // Each Machine's write in the audit log (it is logged a moment after
+    // the Machine shows it).
+    let writes = env
+        .mgmt
+        .audit_wait(Duration::from_secs(30), mark, mine, |w| w.len() >= N);
     let times: Vec<SystemTime> = writes.iter().map(received).collect();
     // Every window [i, j] of the writes: at most burst + qps × its span
     // (+1: the clocks are the server's, the bucket's the client's).
@@ -103,6 +106,9 @@ fn requests_follow_the_token_bucket_and_nothing_is_written_at_rest() {
         rate > 0.8 * qps,
         "the writes never came near the limit ({rate:.2}/s)"
     );
+    // At rest: every write answered so far is logged (the barrier), then
+    // nothing more over 5 s.
+    env.mgmt.audit_barrier();
     let before = env.mgmt.audit_writes_since(mark, by_controller).len();
     std::thread::sleep(Duration::from_secs(5));
     assert_eq!(

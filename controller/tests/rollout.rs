@@ -458,7 +458,7 @@ fn run(
     played: &Mutex<Played>,
     replica: &dyn Fn(&str) -> Controller,
     tokens: &BTreeMap<String, &str>,
-    mark: usize,
+    mark: cluster::AuditMark,
 ) {
     let mut replicas: BTreeMap<&str, Controller> = BTreeMap::new();
     replicas.insert("ctl-a", replica("ctl-a"));

@@ -326,6 +326,46 @@ fn a_scripted_429_reaches_kube_clients_with_retry_after() {
     assert_eq!(statuses, [429, 200]);
 }
 
+/// The record's window is set by arrival, not by answer: a request that
+/// reached the proxy before `clear_requests` and is answered after it is
+/// not in the new window (the race behind a CI failure: a write admitted
+/// before the clear, recorded after it), and the record is in arrival order.
+#[test]
+fn the_record_window_is_by_arrival() {
+    let c = cluster();
+    let node = c.new_node("parrival");
+    let p = FaultProxy::http(&c.dir).unwrap();
+    let tls = tls_client(&p.ca_pem(), Some(&node_cert(&p, &node)));
+    let path = format!("/api/v1/nodes/{node}");
+    let port = p.port();
+    p.faults().slow(Duration::from_secs(1));
+    let before = p.arrived();
+    let in_flight = {
+        let (tls, path) = (Arc::clone(&tls), path.clone());
+        std::thread::spawn(move || request(port, &tls, "GET", &path, &[], None, T))
+    };
+    // The request has reached the proxy's handler (it now waits out `slow`).
+    let deadline = Instant::now() + T;
+    while p.arrived() == before {
+        assert!(Instant::now() < deadline, "the request never arrived");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mark = p.clear_requests();
+    assert_eq!(mark, before + 1);
+    p.faults().clear();
+    let late = in_flight.join().unwrap().unwrap();
+    assert_eq!(late.status, 200, "answered after the clear");
+    assert!(p.requests().is_empty(), "{:?}", p.requests());
+    let now = request(port, &tls, "GET", &path, &[], None, T).unwrap();
+    assert_eq!(now.status, 200);
+    let reqs = p.requests();
+    assert_eq!(
+        reqs.iter().map(|r| r.arrival).collect::<Vec<_>>(),
+        [mark],
+        "{reqs:?}"
+    );
+}
+
 /// Through the proxy a node keeps its identity: the real Node authorizer
 /// lets system:node:A read and write Node A, refuses it Node B, and the
 /// audit log names A and the very certificate it presented. A caller cannot

@@ -17,6 +17,7 @@ use crate::support;
 use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Output, Stdio},
+    sync::{Arc, Mutex},
     time::{Duration, Instant, SystemTime},
 };
 
@@ -160,19 +161,57 @@ fn run(mut c: Command) -> (i32, String, String) {
     )
 }
 
-fn spawn(mut c: Command) -> Child {
-    c.stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+/// A running `check`: its stderr (the progress lines) is read as it comes,
+/// so a test can act once check has printed what it first saw.
+struct Running {
+    child: Child,
+    err: Arc<Mutex<String>>,
+    reader: std::thread::JoinHandle<()>,
 }
 
-fn finish(child: Child) -> (i32, String, String) {
-    let out = child.wait_with_output().unwrap();
+impl Running {
+    /// Returns once stderr has a line containing `needle`.
+    fn wait_err(&self, needle: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.err.lock().unwrap().contains(needle) {
+            assert!(
+                Instant::now() < deadline,
+                "{needle:?} not printed:\n{}",
+                self.err.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn spawn(mut c: Command) -> Running {
+    let mut child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = Arc::new(Mutex::new(String::new()));
+    let stderr = child.stderr.take().unwrap();
+    let sink = Arc::clone(&err);
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let mut e = sink.lock().unwrap();
+            e.push_str(&line);
+            e.push('\n');
+        }
+    });
+    Running { child, err, reader }
+}
+
+fn finish(r: Running) -> (i32, String, String) {
+    let out = r.child.wait_with_output().unwrap();
+    r.reader.join().unwrap();
+    let err = r.err.lock().unwrap().clone();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+        err,
     )
 }
 
@@ -239,15 +278,16 @@ fn a_pool_is_followed_through_its_node_conditions_to_exit_0() {
     // API server are followed, and check exits 0 once all are ready.
     let started = Instant::now();
     let child = spawn(c.check(&["--wait", "60s", "--poll", "300ms"]));
-    std::thread::sleep(Duration::from_secs(2));
+    // What check saw first, printed before anything moves.
+    child.wait_err(&format!("{w1} converged no"));
+    child.wait_err(&format!("{w3} converged unknown"));
+    let flipped = started.elapsed();
     c.node("w1", "True", &ago(0), Some(COVERS));
-    std::thread::sleep(Duration::from_secs(1));
     // A heartbeat from the restarted agent on w3.
     c.node("w3", "True", &ago(0), Some(COVERS));
     let (code, out, err) = finish(child);
     let took = started.elapsed();
     assert_eq!(code, 0, "{out}{err}");
-    assert!(took < Duration::from_secs(20), "{took:?}");
     for n in [&w1, &w2, &w3] {
         assert_eq!(
             cells(row(&out, n))[..3],
@@ -270,7 +310,7 @@ fn a_pool_is_followed_through_its_node_conditions_to_exit_0() {
         "{err}"
     );
     eprintln!(
-        "check --from-node-conditions --wait returned {took:?} after start (flips at 2 s and 3 s)"
+        "check --from-node-conditions --wait returned {took:?} after start (flips at {flipped:?})"
     );
 }
 
@@ -311,14 +351,15 @@ fn the_pools_desired_state_must_be_covered_and_wait_times_out_when_it_never_is()
 
     // w2 never covers the pool: --wait times out, exit 1, w2 named.
     let started = Instant::now();
-    let child = spawn(c.check(&["--desired-from", pool, "--wait", "3s", "--poll", "300ms"]));
-    std::thread::sleep(Duration::from_millis(1500));
+    let child = spawn(c.check(&["--desired-from", pool, "--wait", "6s", "--poll", "300ms"]));
+    // check has read w3 once (no), then w3 is mended and check sees it.
+    child.wait_err(&format!("{w3} converged no"));
     c.node("w3", "True", &ago(0), Some(COVERS));
+    child.wait_err(&format!("{w3} converged yes"));
     let (code, out, err) = finish(child);
     assert_eq!(code, 1, "{out}{err}");
-    assert!(started.elapsed() >= Duration::from_secs(3));
-    assert!(started.elapsed() < Duration::from_secs(15));
-    assert!(err.contains("not converged within 3s"), "{err}");
+    assert!(started.elapsed() >= Duration::from_secs(6));
+    assert!(err.contains("not converged within 6s"), "{err}");
     assert_eq!(cells(row(&out, &w3))[..2], [w3.as_str(), "yes"], "{out}");
     assert_eq!(cells(row(&out, &w2))[..2], [w2.as_str(), "no"], "{out}");
     assert!(out.contains("2/3 converged"), "{out}");

@@ -113,10 +113,11 @@ impl Drop for Killed {
 
 #[test]
 fn real_agents_hold_and_release_the_gate() {
-    let Some(ctl_bin) = controller_bin() else {
-        common::skip("the controller binary is not built (cargo build -p sandbox-readiness-controller; the test command's controller tier does)");
-        return;
-    };
+    // The test command's controller tier builds it before this tier runs:
+    // missing, it is a failure, not a skip.
+    let ctl_bin = controller_bin().expect(
+        "the controller binary is not built (cargo build -p sandbox-readiness-controller; the test command's controller tier does)",
+    );
     let wl = RealCluster::shared();
     let mgmt = RealCluster::private();
     mgmt.start_capi();
@@ -286,9 +287,12 @@ fn real_agents_hold_and_release_the_gate() {
         after_node,
         machine_true.duration_since(raised)
     );
+    // The figure is printed, not bounded (the tier runs beside others on
+    // two cores; the controller bench measures flip → Machine latency): the
+    // order is what is checked, the Machine never ahead of its Node.
     assert!(
-        after_node < Duration::from_secs(2),
-        "Machine True {after_node:?} after its Node"
+        n("new").is_some_and(|c| c.0 == "True"),
+        "Machine True while its Node is not"
     );
     assert_eq!(m("m-ok").unwrap().0, "True");
 }

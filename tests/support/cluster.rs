@@ -479,6 +479,46 @@ impl RealCluster {
         c
     }
 
+    /// The pinned kubectl as the admin with `args` (a `wait` or a
+    /// `--watch`), started at `-v=6`, returned once its watch request has
+    /// been answered by the server: client-go logs each round trip at that
+    /// level, the watch's with `watch=true` in its URL. A test then changes
+    /// what kubectl waits for, knowing the watch will see it (a fixed sleep
+    /// only guesses that kubectl got that far). Killed when dropped, so a
+    /// failing test leaves no kubectl behind.
+    pub fn kubectl_watching(&self, args: &[&str], within: Duration) -> KubectlWatch {
+        let mut all = args.to_vec();
+        all.push("-v=6");
+        let mut child = self
+            .kubectl_cmd(&all)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        let stderr = child.stderr.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut all = String::new();
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("watch=true") {
+                    let _ = tx.send(line.clone());
+                }
+                all.push_str(&line);
+                all.push('\n');
+            }
+            all
+        });
+        let w = KubectlWatch {
+            child: Some(child),
+            reader: Some(reader),
+        };
+        match rx.recv_timeout(within) {
+            Ok(_) => w,
+            Err(_) => panic!("kubectl {args:?} opened no watch within {within:?}"),
+        }
+    }
+
     /// `(exit code, stdout, stderr)` of the pinned kubectl as the admin.
     pub fn kubectl(&self, args: &[&str]) -> (i32, String, String) {
         self.kubectl_stdin(args, None)
@@ -621,27 +661,26 @@ impl RealCluster {
             .collect()
     }
 
-    /// How many writes the audit log holds: a mark for
-    /// [`audit_writes_since`](Self::audit_writes_since).
-    pub fn audit_mark(&self) -> usize {
-        self.audit().len()
+    /// Now, as a mark for [`audit_writes_since`](Self::audit_writes_since):
+    /// the writes the server receives from now on.
+    pub fn audit_mark(&self) -> AuditMark {
+        AuditMark::now()
     }
 
     /// The writes `filter` picks, in the log's order.
     pub fn audit_writes(&self, filter: impl Fn(&AuditEvent) -> bool) -> Vec<AuditEvent> {
-        self.audit_writes_since(0, filter)
+        self.audit_writes_since(AuditMark::BEGINNING, filter)
     }
 
-    /// The writes after `mark` that `filter` picks.
+    /// The writes received after `mark` that `filter` picks.
     pub fn audit_writes_since(
         &self,
-        mark: usize,
+        mark: AuditMark,
         filter: impl Fn(&AuditEvent) -> bool,
     ) -> Vec<AuditEvent> {
         self.audit()
             .into_iter()
-            .skip(mark)
-            .filter(|e| filter(e))
+            .filter(|e| mark.precedes(e) && filter(e))
             .collect()
     }
 
@@ -652,7 +691,7 @@ impl RealCluster {
     pub fn audit_wait(
         &self,
         within: Duration,
-        mark: usize,
+        mark: AuditMark,
         filter: impl Fn(&AuditEvent) -> bool,
         done: impl Fn(&[AuditEvent]) -> bool,
     ) -> Vec<AuditEvent> {
@@ -668,6 +707,25 @@ impl RealCluster {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// Returns once the audit log holds a write made now by the admin (a
+    /// ConfigMap of its own, created): the writes the server answered before
+    /// this call are logged by then. A check that something was *not*
+    /// written reads the log after this, not after a sleep.
+    pub fn audit_barrier(&self) {
+        let name = format!("sr-audit-barrier-{}-{}", std::process::id(), self.unique("b"));
+        self.kubectl_ok(
+            &["-n", "default", "create", "configmap", &name],
+            None,
+        );
+        self.audit_wait(
+            Duration::from_secs(10),
+            AuditMark::BEGINNING,
+            |e| e["objectRef"]["resource"] == "configmaps" && e["objectRef"]["name"] == name.as_str(),
+            |got| !got.is_empty(),
+        );
+        let _ = self.kubectl(&["-n", "default", "delete", "configmap", &name, "--wait=false"]);
     }
 
     /// Stops etcd, kube-apiserver and kube-controller-manager, keeping the
@@ -821,6 +879,71 @@ rm -rf "$d""#;
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
+}
+
+/// A kubectl started by [`RealCluster::kubectl_watching`].
+pub struct KubectlWatch {
+    child: Option<std::process::Child>,
+    reader: Option<std::thread::JoinHandle<String>>,
+}
+
+impl KubectlWatch {
+    /// Waits for kubectl to exit: `(success, stdout, stderr)`.
+    pub fn finish(mut self) -> (bool, String, String) {
+        let mut child = self.child.take().unwrap();
+        let mut out = String::new();
+        if let Some(mut o) = child.stdout.take() {
+            use std::io::Read;
+            let _ = o.read_to_string(&mut out);
+        }
+        let ok = child.wait().unwrap().success();
+        let err = self.reader.take().unwrap().join().unwrap_or_default();
+        (ok, out, err)
+    }
+}
+
+impl Drop for KubectlWatch {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A point in time that splits the audit log into before and after by each
+/// event's `requestReceivedTimestamp`, not by its place in the log: the
+/// server logs a write once its handler has finished, so a write received
+/// before a mark can be logged after it (counting lines, it would count as
+/// "after"). The server runs on this host: its clock is ours.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct AuditMark(std::time::SystemTime);
+
+impl AuditMark {
+    /// Before every event.
+    pub const BEGINNING: AuditMark = AuditMark(std::time::UNIX_EPOCH);
+
+    pub fn now() -> AuditMark {
+        AuditMark(std::time::SystemTime::now())
+    }
+
+    /// When the server received the event's request (`None` when the event
+    /// has no readable timestamp).
+    pub fn received(e: &AuditEvent) -> Option<std::time::SystemTime> {
+        humantime::parse_rfc3339(e["requestReceivedTimestamp"].as_str()?).ok()
+    }
+
+    /// Whether the server received `e`'s request at or after this mark (an
+    /// event without a timestamp is never after a mark but the beginning).
+    pub fn precedes(&self, e: &AuditEvent) -> bool {
+        // The log's timestamps are whole microseconds: truncate the mark to
+        // match, so a request received in the mark's own microsecond counts.
+        let micros = |t: std::time::SystemTime| {
+            t.duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros())
+        };
+        *self == Self::BEGINNING || Self::received(e).is_some_and(|t| micros(t) >= micros(self.0))
+    }
 }
 
 /// The whole lines of an audit log as it is being written. The server may

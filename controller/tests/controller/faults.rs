@@ -181,16 +181,31 @@ fn a_killed_and_restarted_controller_does_not_flap() {
     let ltt = env.condition("m1").unwrap().3;
     ctl.kill();
 
-    // Restarted: the same condition stands, nothing is written.
-    let before = env.status_writes("m1").len();
-    let ctl2 = env.controller(&["--stale-after", &stale]);
-    let seen = statuses_during(&env, "m1", Duration::from_secs(3));
+    // Restarted: the same condition stands, nothing is written. The mark is
+    // after the kill (a write of the killed one logged late is before it),
+    // and the check waits for the restarted one to have judged m1 (its
+    // "unchanged" decision), not for a time in which it may not have started.
+    let mark = env.mgmt.audit_mark();
+    let ctl2 = env.controller_as(
+        &env.mgmt_kubeconfig,
+        &["--stale-after", &stale],
+        &[("SANDBOX_READINESS_LOG", "debug")],
+    );
+    let judged = format!("machine={}/m1", env.ns);
+    poll(Duration::from_secs(30), "the restarted controller judged m1", || {
+        ctl2.log()
+            .lines()
+            .any(|l| l.contains("condition unchanged") && l.contains(&judged))
+    });
+    let seen = statuses_during(&env, "m1", Duration::from_secs(1));
     assert_eq!(seen, ["True"], "{seen:?}");
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(
-        env.status_writes("m1").len(),
-        before,
-        "an unchanged condition was written:\n{}",
+    env.mgmt.audit_barrier();
+    let written: Vec<_> = env
+        .mgmt
+        .audit_writes_since(mark, |e| by_controller(e) && machine_status_write(e, &env.ns, "m1"));
+    assert!(
+        written.is_empty(),
+        "an unchanged condition was written: {written:#?}\n{}",
         ctl2.log()
     );
     drop(ctl2);

@@ -91,6 +91,26 @@ pub async fn sandbox_probe(
         ),
         Ok(ran) => classify_sandbox_run(&shown, &ran, timeout),
     };
+    // runsc creates a cgroup `<hierarchy>/<sandbox id>` in every hierarchy
+    // as the sandbox starts, and only its own Destroy removes them. A run
+    // killed at its deadline (a platform that hangs: kvm under nested
+    // virtualisation) never gets there, and on a node each such probe would
+    // leave a cgroup. The ids are in our private directory (runsc's lock and
+    // state files are named `<id>_sandbox:<id>…`); the processes are dead by
+    // now, so the empty cgroups can go. Only ids of runsc's own `runsc-NNN`
+    // form are touched, and only directly under a cgroup mount.
+    let ids = sandbox_ids(work.path());
+    if !ids.is_empty() {
+        let left = tokio::task::spawn_blocking(move || remove_sandbox_cgroups(&ids))
+            .await
+            .unwrap_or_else(|_| vec!["the cgroup clean-up task failed".into()]);
+        if !left.is_empty() {
+            result.message.push_str(&format!(
+                "; runsc's cgroups could not all be removed: {}",
+                left.join(", ")
+            ));
+        }
+    }
     if let Err(e) = work.remove() {
         result.message.push_str(&format!(
             "; its private directory could not be removed: {e}"
@@ -139,6 +159,104 @@ fn classify_sandbox_run(shown: &str, ran: &Ran, timeout: Duration) -> Probe {
             format!("`{shown}` ended but could not be reaped"),
             ran.elapsed,
         ),
+    }
+}
+
+/// The sandbox ids runsc wrote under `dir` (its lock and state files are
+/// named `<sandbox id>_sandbox:<container id>…`), of runsc do's own form
+/// `runsc-<digits>` only: an id becomes a path below.
+fn sandbox_ids(dir: &Path) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut stack = vec![(dir.to_path_buf(), 0u8)];
+    let mut seen = 0usize;
+    while let Some((d, depth)) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            seen += 1;
+            if seen > 1024 {
+                return ids;
+            }
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(id) = sandbox_id_of(&name) {
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+            if depth < 3 && e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push((e.path(), depth + 1));
+            }
+        }
+    }
+    ids
+}
+
+/// `runsc-123456` from `runsc-123456_sandbox:runsc-123456.lock`; None for
+/// any other name.
+fn sandbox_id_of(file_name: &str) -> Option<String> {
+    let (id, _) = file_name.split_once("_sandbox:")?;
+    let digits = id.strip_prefix("runsc-")?;
+    (!digits.is_empty() && digits.len() <= 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| id.to_string())
+}
+
+/// The mount points of the cgroup (v1) and cgroup2 file systems in a
+/// mountinfo text.
+fn cgroup_mounts(mountinfo: &str) -> Vec<PathBuf> {
+    mountinfo
+        .lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let fstype = right.split_whitespace().next()?;
+            let mount_point = left.split_whitespace().nth(4)?;
+            // Escaped names (\040 for a space) are never a cgroup mount's.
+            ((fstype == "cgroup" || fstype == "cgroup2") && !mount_point.contains('\\'))
+                .then(|| PathBuf::from(mount_point))
+        })
+        .collect()
+}
+
+/// Removes `<mount>/<id>` (and any cgroups below it, deepest first) in
+/// every cgroup hierarchy. A cgroup with a task left is busy for a moment
+/// after its last process was killed: retried for up to a second. Returns
+/// what is still there.
+fn remove_sandbox_cgroups(ids: &[String]) -> Vec<String> {
+    let mountinfo =
+        hostio::read_capped(Path::new("/proc/self/mountinfo"), 256 * 1024).unwrap_or_default();
+    let mut targets: Vec<PathBuf> = Vec::new();
+    for m in cgroup_mounts(&mountinfo) {
+        for id in ids {
+            let p = m.join(id);
+            if p.is_dir() {
+                targets.push(p);
+            }
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        targets.retain(|t| !remove_cgroup_tree(t));
+        if targets.is_empty() || Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    targets.iter().map(|t| t.display().to_string()).collect()
+}
+
+/// rmdir of a cgroup directory and the cgroups below it, deepest first
+/// (a cgroup's files go with its directory). True once it is gone.
+fn remove_cgroup_tree(dir: &Path) -> bool {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_cgroup_tree(&e.path());
+            }
+        }
+    }
+    match std::fs::remove_dir(dir) {
+        Ok(()) => true,
+        Err(e) => e.kind() == io::ErrorKind::NotFound,
     }
 }
 
@@ -232,6 +350,54 @@ impl Drop for PrivateDir {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sandbox_ids_are_runsc_do_ids_only() {
+        assert_eq!(
+            sandbox_id_of("runsc-151925_sandbox:runsc-151925.lock").as_deref(),
+            Some("runsc-151925")
+        );
+        assert_eq!(
+            sandbox_id_of("runsc-1_sandbox:runsc-1.state").as_deref(),
+            Some("runsc-1")
+        );
+        for hostile in [
+            "../x_sandbox:y",
+            "runsc-_sandbox:x",
+            "runsc-12/../../etc_sandbox:x",
+            "runsc-12a_sandbox:x",
+            "other-12_sandbox:x",
+            "runsc-151925.lock",
+            "config.json",
+        ] {
+            assert_eq!(sandbox_id_of(hostile), None, "{hostile}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = dir.path().join("tmp/runsc-do123");
+        std::fs::create_dir_all(&bundle).unwrap();
+        std::fs::write(bundle.join("runsc-42_sandbox:runsc-42.lock"), "").unwrap();
+        std::fs::write(bundle.join("config.json"), "{}").unwrap();
+        assert_eq!(sandbox_ids(dir.path()), ["runsc-42"]);
+    }
+
+    #[test]
+    fn cgroup_mounts_from_mountinfo() {
+        let text = "\
+25 30 0:22 / /sys rw,nosuid - sysfs sysfs rw
+27 25 0:24 / /sys/fs/cgroup ro - tmpfs tmpfs ro,mode=755
+28 27 0:25 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw
+31 27 0:28 / /sys/fs/cgroup/pids rw,nosuid - cgroup cgroup rw,pids
+40 30 0:40 / /odd\\040name rw - cgroup cgroup rw,cpu
+";
+        assert_eq!(
+            cgroup_mounts(text),
+            [
+                PathBuf::from("/sys/fs/cgroup/unified"),
+                PathBuf::from("/sys/fs/cgroup/pids")
+            ]
+        );
+        assert!(cgroup_mounts("garbage\n\n - \n").is_empty());
+    }
 
     #[test]
     fn errno_from_runsc_error_lines() {

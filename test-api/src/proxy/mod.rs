@@ -68,6 +68,12 @@ pub enum ProxyError {
 /// One request as the proxy saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestRecord {
+    /// The request's arrival number, taken as the proxy's handler starts,
+    /// before anything is awaited: the record itself is made only once the
+    /// server (or the script) has answered, so the log's order is the order
+    /// of answers, and a request admitted before [`FaultProxy::clear_requests`]
+    /// may be answered after it. Readers order and window by this number.
+    pub arrival: u64,
     pub method: String,
     pub path: String,
     pub query: String,
@@ -115,6 +121,11 @@ pub(crate) struct Inner {
     revoked: Mutex<HashSet<Vec<u8>>>,
     faults: Arc<FaultState>,
     log: Mutex<Vec<RequestRecord>>,
+    /// The next arrival number ([`RequestRecord::arrival`]).
+    arrivals: std::sync::atomic::AtomicU64,
+    /// Requests that arrived before this number are out of the reader's
+    /// window ([`FaultProxy::clear_requests`]).
+    window: std::sync::atomic::AtomicU64,
     accept: Mutex<Option<JoinHandle<()>>>,
     /// Bumped to drop every open connection; the bool says with a reset.
     conn_gen: watch::Sender<(u64, bool)>,
@@ -445,6 +456,9 @@ async fn handle(
     reset: Arc<std::sync::atomic::AtomicBool>,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, ResetByProxy> {
+    // First, before any await: the arrival number orders this request
+    // against clear_requests() marks.
+    let arrival = inner.arrivals.fetch_add(1, Ordering::SeqCst);
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
@@ -455,6 +469,7 @@ async fn handle(
     };
     let record = |status: u16| {
         inner.record(RequestRecord {
+            arrival,
             method: method.clone(),
             path: path.clone(),
             query: query.clone(),
@@ -731,6 +746,8 @@ impl FaultProxy {
             revoked: Mutex::new(HashSet::new()),
             faults: Arc::new(FaultState::default()),
             log: Mutex::new(Vec::new()),
+            arrivals: std::sync::atomic::AtomicU64::new(0),
+            window: std::sync::atomic::AtomicU64::new(0),
             accept: Mutex::new(None),
             conn_gen: watch::channel((0, false)).0,
             open: watch::channel(0).0,
@@ -831,9 +848,17 @@ impl FaultProxy {
         }
     }
 
-    /// Every request so far (HTTP mode).
+    /// Every request answered so far that arrived after the last
+    /// [`clear_requests`](Self::clear_requests), in arrival order (HTTP mode).
     pub fn requests(&self) -> Vec<RequestRecord> {
-        guard(&self.inner.log).clone()
+        let from = self.inner.window.load(Ordering::SeqCst);
+        let mut reqs: Vec<RequestRecord> = guard(&self.inner.log)
+            .iter()
+            .filter(|r| r.arrival >= from)
+            .cloned()
+            .collect();
+        reqs.sort_by_key(|r| r.arrival);
+        reqs
     }
 
     /// The record once `holds` is true of it, or as it stands after
@@ -855,8 +880,22 @@ impl FaultProxy {
         }
     }
 
-    pub fn clear_requests(&self) {
-        guard(&self.inner.log).clear();
+    /// Starts a new window: from now on the readers see only requests that
+    /// arrive after this call, even those admitted before it and answered
+    /// after it. Returns the window's first arrival number.
+    pub fn clear_requests(&self) -> u64 {
+        let mark = self.inner.arrivals.load(Ordering::SeqCst);
+        self.inner.window.store(mark, Ordering::SeqCst);
+        guard(&self.inner.log).retain(|r| r.arrival >= mark);
+        mark
+    }
+
+    /// How many requests have arrived so far, answered or not: the number
+    /// the next request gets. A test that needs a client's request to have
+    /// reached the proxy (a watch opened, a write in flight) waits for this
+    /// to move, not for a time.
+    pub fn arrived(&self) -> u64 {
+        self.inner.arrivals.load(Ordering::SeqCst)
     }
 
     /// Connections open through the proxy now.
