@@ -211,3 +211,71 @@ fn every_environment_variable_named_is_one_a_binary_reads() {
         unknown.join("\n")
     );
 }
+
+/// The flags that give `check` its nodes: without one it stops before
+/// asking anything (`no nodes`, exit 2; under `--from-node-conditions` one
+/// line naming `--kube-nodes` and `--nodes-cmd`).
+const NODE_SOURCES: [&str; 5] = ["-n", "--nodes", "--nodes-file", "--kube-nodes", "--nodes-cmd"];
+
+/// The `sandbox-readiness check …` commands a page shows: in its `sh` and
+/// unlabelled fenced blocks (continuation lines joined, a `$ ` prompt
+/// dropped) and in the code spans of its prose, whitespace collapsed.
+fn check_commands(text: &str) -> Vec<String> {
+    let mut commands = Vec::new();
+    for lang in ["sh", ""] {
+        for (_, body) in fenced(text, lang) {
+            let mut cur = String::new();
+            for line in body.lines() {
+                let line = line.trim_end();
+                if let Some(head) = line.strip_suffix('\\') {
+                    cur.push_str(head);
+                    cur.push(' ');
+                    continue;
+                }
+                cur.push_str(line);
+                commands.push(std::mem::take(&mut cur));
+            }
+        }
+    }
+    let mut in_block = false;
+    let prose: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            if l.trim_start().starts_with("```") {
+                in_block = !in_block;
+                return false;
+            }
+            !in_block
+        })
+        .collect();
+    let span = regex::Regex::new(r"`(sandbox-readiness check [^`]*)`").unwrap();
+    let prose = prose.join(" ");
+    commands.extend(span.captures_iter(&prose).map(|m| m[1].to_string()));
+    commands
+        .into_iter()
+        .map(|c| c.split_whitespace().collect::<Vec<_>>().join(" "))
+        .map(|c| c.strip_prefix("$ ").map_or(c.clone(), str::to_string))
+        .filter(|c| c.starts_with("sandbox-readiness check "))
+        .collect()
+}
+
+#[test]
+fn every_check_command_shown_names_a_node_source() {
+    let mut seen = 0;
+    let mut sourceless = Vec::new();
+    for page in docs_pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        for command in check_commands(&text) {
+            seen += 1;
+            if !command.split_whitespace().any(|w| NODE_SOURCES.contains(&w)) {
+                sourceless.push(format!("{}: {command}", rel(&page)));
+            }
+        }
+    }
+    assert!(seen >= 10, "only {seen} check commands under docs/");
+    assert!(
+        sourceless.is_empty(),
+        "check commands that name no nodes (they stop at once, exit 2):\n{}",
+        sourceless.join("\n")
+    );
+}
