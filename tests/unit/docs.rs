@@ -279,3 +279,19 @@ fn every_check_command_shown_names_a_node_source() {
         sourceless.join("\n")
     );
 }
+
+/// No page stops mid-sentence: its last line closes a sentence, a table
+/// row, a parenthesis or a code block.
+#[test]
+fn every_page_ends_with_a_finished_line() {
+    let mut cut = Vec::new();
+    for page in docs_pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+        let last = last.trim_end();
+        if !(last.ends_with(['.', '|', ')']) || last.trim_start().starts_with("```")) {
+            cut.push(format!("{}: …{last}", rel(&page)));
+        }
+    }
+    assert!(cut.is_empty(), "pages that end mid-sentence:\n{}", cut.join("\n"));
+}
