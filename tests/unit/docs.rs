@@ -295,3 +295,26 @@ fn every_page_ends_with_a_finished_line() {
     }
     assert!(cut.is_empty(), "pages that end mid-sentence:\n{}", cut.join("\n"));
 }
+
+/// No YAML block offers a `SysctlConfig` document to copy: CABPT v0.6.11
+/// renders with machinery v1.12.0, which does not register the kind, so a
+/// template carrying one gives its Machine no bootstrap data
+/// (tests/talos_oracle.rs counts that refusal; the pool's page says so
+/// once, under "Not a `SysctlConfig` document").
+#[test]
+fn no_yaml_block_offers_a_sysctlconfig_document() {
+    let mut offered = Vec::new();
+    for page in docs_pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        for (start, body) in fenced(&text, "yaml") {
+            if body.lines().any(|l| l.trim() == "kind: SysctlConfig") {
+                offered.push(format!("{}:{start}", rel(&page)));
+            }
+        }
+    }
+    assert!(
+        offered.is_empty(),
+        "SysctlConfig documents CABPT cannot render:\n{}",
+        offered.join("\n")
+    );
+}
