@@ -318,3 +318,44 @@ fn no_yaml_block_offers_a_sysctlconfig_document() {
         offered.join("\n")
     );
 }
+
+/// Every family the agent's `/metrics` renders (the Node writer's among
+/// them) has its row in docs/reference/metrics.md, named without the
+/// `sandbox_readiness_` prefix.
+#[test]
+fn every_agent_metric_has_a_row_in_the_metrics_page() {
+    use sandbox_readiness::metrics::{render, AgentStats, NodeWriterStats, PREFIX};
+    let stats = AgentStats {
+        node_writer: Some(NodeWriterStats {
+            writes: 1,
+            failures: vec![("forbidden", 1)],
+            last_success: Some(1.0),
+        }),
+        ..AgentStats::default()
+    };
+    let text = render(
+        &sandbox_readiness::proto::v1::Report::default(),
+        &DesiredState::default(),
+        &stats,
+    );
+    let page = std::fs::read_to_string(root().join("docs/reference/metrics.md")).unwrap();
+    let mut families = 0;
+    let mut missing = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let name = rest.split(' ').next().unwrap_or_default();
+        let short = name.strip_prefix(PREFIX).unwrap_or(name);
+        families += 1;
+        if !page.contains(&format!("| `{short}` |")) {
+            missing.push(name.to_string());
+        }
+    }
+    assert!(families > 15, "only {families} families rendered:\n{text}");
+    assert!(
+        missing.is_empty(),
+        "docs/reference/metrics.md has no row for:\n{}",
+        missing.join("\n")
+    );
+}
