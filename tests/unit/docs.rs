@@ -359,3 +359,29 @@ fn every_agent_metric_has_a_row_in_the_metrics_page() {
         missing.join("\n")
     );
 }
+
+/// Every reason the controller writes on a Machine (its `&str` constants
+/// in controller/src/condition.rs) is in the Machine condition table of
+/// docs/reference/kubernetes-objects.md.
+#[test]
+fn every_machine_reason_is_in_the_machine_condition_table() {
+    let source = std::fs::read_to_string(root().join("controller/src/condition.rs")).unwrap();
+    let page = std::fs::read_to_string(root().join("docs/reference/kubernetes-objects.md")).unwrap();
+    let table = &page[page
+        .find("## Machine condition")
+        .expect("a Machine condition section")..];
+    let reason = regex::Regex::new(r#"pub const [A-Z_]+: &str = "([A-Za-z]+)";"#).unwrap();
+    let reasons: Vec<&str> = reason
+        .captures_iter(&source)
+        .map(|m| m.get(1).unwrap().as_str())
+        .collect();
+    assert!(reasons.len() >= 9, "only {reasons:?} in condition.rs");
+    let missing: Vec<&&str> = reasons
+        .iter()
+        .filter(|r| !table.contains(&format!("`{r}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "Machine reasons the table leaves out: {missing:?}"
+    );
+}
