@@ -385,3 +385,31 @@ fn every_machine_reason_is_in_the_machine_condition_table() {
         "Machine reasons the table leaves out: {missing:?}"
     );
 }
+
+/// Both images are two-platform indexes (scripts/build-extension.sh,
+/// scripts/build-controller-image.sh): every `skopeo copy` a page shows
+/// copies the whole index (`--all`), not the build machine's platform alone.
+#[test]
+fn every_skopeo_copy_shown_pushes_every_platform() {
+    let mut seen = 0;
+    let mut one_platform = Vec::new();
+    for page in docs_pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        for (start, body) in fenced(&text, "sh") {
+            for line in body.lines().map(str::trim) {
+                if line.starts_with("skopeo copy ") {
+                    seen += 1;
+                    if !line.split_whitespace().any(|w| w == "--all") {
+                        one_platform.push(format!("{}:{start}: {line}", rel(&page)));
+                    }
+                }
+            }
+        }
+    }
+    assert!(seen >= 4, "only {seen} skopeo copy commands under docs/");
+    assert!(
+        one_platform.is_empty(),
+        "skopeo copy without --all (one platform only):\n{}",
+        one_platform.join("\n")
+    );
+}
