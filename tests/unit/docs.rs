@@ -413,3 +413,38 @@ fn every_skopeo_copy_shown_pushes_every_platform() {
         one_platform.join("\n")
     );
 }
+
+/// The quick start's step 7 shows the `strategicPatches` of `$MD-userns`
+/// as two documents, not as a template: in a TalosConfigTemplate they set
+/// the limit and ask the agent for it (one `ExtensionServiceConfig`,
+/// covering every sysctl), as `check --desired-from` reads it.
+#[test]
+fn the_quick_starts_step_7_patches_set_the_limit_and_ask_the_agent() {
+    let page = std::fs::read_to_string(root().join("docs/get-started/quick-start.md")).unwrap();
+    let block = fenced(&page, "yaml")
+        .into_iter()
+        .map(|(_, body)| body)
+        .find(|b| b.contains("strategicPatches of $MD-userns"))
+        .expect("step 7's patches");
+    let mut template = String::from(
+        "apiVersion: bootstrap.cluster.x-k8s.io/v1alpha3\nkind: TalosConfigTemplate\n\
+         metadata:\n  name: pool-userns\n  namespace: ns\n\
+         spec:\n  template:\n    spec:\n      generateType: worker\n      talosVersion: v1.11\n\
+         \x20     strategicPatches:\n",
+    );
+    let docs: Vec<&str> = block.split("\n---\n").collect();
+    assert_eq!(docs.len(), 2, "step 7 shows two documents:\n{block}");
+    for doc in docs {
+        template.push_str("        - |\n");
+        for line in doc.lines() {
+            template.push_str("          ");
+            template.push_str(line);
+            template.push('\n');
+        }
+    }
+    let pool = pool::parse(&template, "quick-start step 7", None).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!pool.sysctls.is_empty(), "step 7 sets no sysctl");
+    assert!(pool.agent.is_some(), "step 7 has no ExtensionServiceConfig");
+    let combined = findings::combine(&DesiredState::default(), &pool);
+    assert!(combined.findings.is_empty(), "{:?}", combined.findings);
+}
