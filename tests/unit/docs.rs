@@ -448,3 +448,23 @@ fn the_quick_starts_step_7_patches_set_the_limit_and_ask_the_agent() {
     let combined = findings::combine(&DesiredState::default(), &pool);
     assert!(combined.findings.is_empty(), "{:?}", combined.findings);
 }
+
+/// The pages that say what a build machine needs name the Rust release
+/// rust-toolchain.toml pins (rustup builds with it in the checkout), not
+/// "stable" or `rust-version`, the packages' declared minimum.
+#[test]
+fn the_setup_pages_name_the_pinned_rust_release() {
+    let toolchain = std::fs::read_to_string(root().join("rust-toolchain.toml")).unwrap();
+    let channel = toolchain
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("channel = "))
+        .map(|v| v.trim_matches('"').to_string())
+        .expect("a channel in rust-toolchain.toml");
+    for page in ["docs/get-started/quick-start.md", "docs/developer/testing.md"] {
+        let text = std::fs::read_to_string(root().join(page)).unwrap();
+        assert!(
+            text.contains(&channel) && !text.contains("Rust stable"),
+            "{page} does not name Rust {channel} (rust-toolchain.toml)"
+        );
+    }
+}
