@@ -8,6 +8,12 @@
 //! `check --desired-from` reads it: it sets a sysctl and its
 //! ExtensionServiceConfig asks the agent for every sysctl it sets. Every
 //! `SANDBOX_READINESS_*` variable the docs name is one a binary reads.
+//! Every `check` command shown names its nodes; every `skopeo copy` pushes
+//! both platforms; no page ends mid-sentence; no YAML block offers a
+//! `SysctlConfig` (CABPT cannot render it); the metrics page has a row per
+//! agent family, the Machine condition table every controller reason; the
+//! quick start's step-7 patches set the limit and ask the agent for it, and
+//! the setup pages name the Rust release rust-toolchain.toml pins.
 //! (The CLI references are checked by the binaries' own tests.)
 
 use sandbox_readiness::{
