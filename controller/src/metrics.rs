@@ -303,14 +303,24 @@ mod tests {
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let series = line.rsplit_once(' ').map_or(line, |(s, _)| s);
             let (name, labels) = series.split_once('{').unwrap_or((series, ""));
-            if ["_bucket", "_sum", "_count"].iter().any(|s| name.ends_with(s)) {
+            if ["_bucket", "_sum", "_count"]
+                .iter()
+                .any(|s| name.ends_with(s))
+            {
                 continue;
             }
-            let Some(row) = page.lines().find(|l| l.starts_with(&format!("| `{name}` |"))) else {
+            let Some(row) = page
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{name}` |")))
+            else {
                 wrong.push(format!("{name}: no row"));
                 continue;
             };
-            for label in labels.trim_end_matches('}').split(',').filter(|l| !l.is_empty()) {
+            for label in labels
+                .trim_end_matches('}')
+                .split(',')
+                .filter(|l| !l.is_empty())
+            {
                 let key = label.split_once('=').map_or(label, |(k, _)| k);
                 if !row.contains(&format!("`{key}`")) {
                     wrong.push(format!("{name}: label {key} not named"));

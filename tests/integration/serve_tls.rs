@@ -129,7 +129,9 @@ fn a_value_clap_cannot_parse_is_claps_error_naming_the_flag() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.starts_with("error: invalid value 'fast' for '--poll-interval <POLL_INTERVAL>': ")
-            && err.trim_end().ends_with("For more information, try '--help'.")
+            && err
+                .trim_end()
+                .ends_with("For more information, try '--help'.")
             && err.lines().count() > 1,
         "{err}"
     );

@@ -221,7 +221,13 @@ fn every_environment_variable_named_is_one_a_binary_reads() {
 /// The flags that give `check` its nodes: without one it stops before
 /// asking anything (`no nodes`, exit 2; under `--from-node-conditions` one
 /// line naming `--kube-nodes` and `--nodes-cmd`).
-const NODE_SOURCES: [&str; 5] = ["-n", "--nodes", "--nodes-file", "--kube-nodes", "--nodes-cmd"];
+const NODE_SOURCES: [&str; 5] = [
+    "-n",
+    "--nodes",
+    "--nodes-file",
+    "--kube-nodes",
+    "--nodes-cmd",
+];
 
 /// The `sandbox-readiness check …` commands a page shows: in its `sh` and
 /// unlabelled fenced blocks (continuation lines joined, a `$ ` prompt
@@ -273,7 +279,10 @@ fn every_check_command_shown_names_a_node_source() {
         let text = std::fs::read_to_string(&page).unwrap();
         for command in check_commands(&text) {
             seen += 1;
-            if !command.split_whitespace().any(|w| NODE_SOURCES.contains(&w)) {
+            if !command
+                .split_whitespace()
+                .any(|w| NODE_SOURCES.contains(&w))
+            {
                 sourceless.push(format!("{}: {command}", rel(&page)));
             }
         }
@@ -293,13 +302,21 @@ fn every_page_ends_with_a_finished_line() {
     let mut cut = Vec::new();
     for page in docs_pages() {
         let text = std::fs::read_to_string(&page).unwrap();
-        let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+        let last = text
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
         let last = last.trim_end();
         if !(last.ends_with(['.', '|', ')']) || last.trim_start().starts_with("```")) {
             cut.push(format!("{}: …{last}", rel(&page)));
         }
     }
-    assert!(cut.is_empty(), "pages that end mid-sentence:\n{}", cut.join("\n"));
+    assert!(
+        cut.is_empty(),
+        "pages that end mid-sentence:\n{}",
+        cut.join("\n")
+    );
 }
 
 /// No YAML block offers a `SysctlConfig` document to copy: CABPT v0.6.11
@@ -372,7 +389,8 @@ fn every_agent_metric_has_a_row_in_the_metrics_page() {
 #[test]
 fn every_machine_reason_is_in_the_machine_condition_table() {
     let source = std::fs::read_to_string(root().join("controller/src/condition.rs")).unwrap();
-    let page = std::fs::read_to_string(root().join("docs/reference/kubernetes-objects.md")).unwrap();
+    let page =
+        std::fs::read_to_string(root().join("docs/reference/kubernetes-objects.md")).unwrap();
     let table = &page[page
         .find("## Machine condition")
         .expect("a Machine condition section")..];
@@ -466,7 +484,10 @@ fn the_setup_pages_name_the_pinned_rust_release() {
         .find_map(|l| l.trim().strip_prefix("channel = "))
         .map(|v| v.trim_matches('"').to_string())
         .expect("a channel in rust-toolchain.toml");
-    for page in ["docs/get-started/quick-start.md", "docs/developer/testing.md"] {
+    for page in [
+        "docs/get-started/quick-start.md",
+        "docs/developer/testing.md",
+    ] {
         let text = std::fs::read_to_string(root().join(page)).unwrap();
         assert!(
             text.contains(&channel) && !text.contains("Rust stable"),
