@@ -69,7 +69,7 @@ impl Default for InitOptions {
             force: false,
             ca_validity: 3650 * DAY,
             cert_validity: 365 * DAY,
-            client_name: "sandbox-readiness check".to_string(),
+            client_name: "sandbox-readiness-check".to_string(),
         }
     }
 }
