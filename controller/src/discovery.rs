@@ -79,4 +79,22 @@ mod tests {
             "{e}"
         );
     }
+
+    /// docs/usage/troubleshooting.md quotes the refusal as it is printed.
+    #[test]
+    fn the_troubleshooting_page_quotes_the_refusal() {
+        let e = check(&groups(group(&["v1beta1"])))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        let page = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/usage/troubleshooting.md"
+        ))
+        .unwrap_or_else(|e| panic!("troubleshooting.md: {e}"));
+        assert!(
+            !e.is_empty() && page.contains(&format!("`{e}`")),
+            "docs/usage/troubleshooting.md does not quote `{e}`"
+        );
+    }
 }

@@ -284,6 +284,52 @@ mod tests {
         }
     }
 
+    /// docs/reference/metrics.md has a row for every family, naming each
+    /// of its labels (histogram series and their `le` aside).
+    #[test]
+    fn the_metrics_page_names_every_family_and_its_labels() {
+        let m = Metrics::default();
+        m.workload_error("ns/c");
+        let mut g = Gauges::default();
+        g.machines.insert("ns/c".into(), 1);
+        g.conditions.insert("True".into(), 1);
+        let text = m.render("0.1.0", &g);
+        let page = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/reference/metrics.md"
+        ))
+        .unwrap_or_else(|e| panic!("metrics.md: {e}"));
+        let mut wrong = Vec::new();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let series = line.rsplit_once(' ').map_or(line, |(s, _)| s);
+            let (name, labels) = series.split_once('{').unwrap_or((series, ""));
+            if ["_bucket", "_sum", "_count"]
+                .iter()
+                .any(|s| name.ends_with(s))
+            {
+                continue;
+            }
+            let Some(row) = page
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{name}` |")))
+            else {
+                wrong.push(format!("{name}: no row"));
+                continue;
+            };
+            for label in labels
+                .trim_end_matches('}')
+                .split(',')
+                .filter(|l| !l.is_empty())
+            {
+                let key = label.split_once('=').map_or(label, |(k, _)| k);
+                if !row.contains(&format!("`{key}`")) {
+                    wrong.push(format!("{name}: label {key} not named"));
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "docs/reference/metrics.md: {wrong:?}");
+    }
+
     #[test]
     fn progress() {
         let m = Metrics::default();

@@ -106,7 +106,7 @@ fn omitted(command: &str) -> exit::Outcome {
 #[cfg(feature = "operator")]
 #[derive(Debug, Subcommand)]
 enum TlsCommand {
-    /// Create a CA, server certificates and a controller (client) certificate in DIR: one server certificate per node (--node, --nodes-file) or one shared by every node (--san).
+    /// Create a CA, server certificates and a client certificate for check in DIR: one server certificate per node (--node, --nodes-file) or one shared by every node (--san).
     Init {
         /// The directory to write into (created 0700 if missing).
         dir: PathBuf,

@@ -1,4 +1,4 @@
-//! The controller's side (`check`): ask many agents at once and say, per
+//! The asking side (`check`): ask many agents at once and say, per
 //! node and for the pool, whether the desired state is in effect.
 //!
 //! The parts are a library first, for a controller written in Rust. They

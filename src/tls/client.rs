@@ -1,4 +1,4 @@
-//! The controller's side: a tonic client TLS configuration from PEM files.
+//! `check`'s side: a tonic client TLS configuration from PEM files.
 
 use std::path::Path;
 use std::time::Duration;

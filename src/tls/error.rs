@@ -70,7 +70,7 @@ pub enum TlsError {
     #[error("invalid --node {value:?}: {reason}")]
     BadNode { value: String, reason: String },
     /// A server certificate without names is useless to verifying clients.
-    #[error("at least one --san is required (a DNS name or IP address the controller dials)")]
+    #[error("at least one --san is required (a DNS name or IP address check dials)")]
     NoSan,
     /// `init` does not overwrite unless forced.
     #[error("{} already exists (pass --force to replace the TLS material)", path.display())]

@@ -1,6 +1,6 @@
 //! `sandbox-readiness tls init DIR`: a private CA, server certificates for
 //! the agents (one per node with `--node`, or one shared with `--san`) and a
-//! client certificate for the controller, plus the Talos machine-config
+//! client certificate for `check`, plus the Talos machine-config
 //! document that installs the server side on a node, each written to a 0600
 //! file (never printed: it holds a private key).
 
@@ -26,9 +26,9 @@ pub const CA_KEY_FILE: &str = "ca-key.pem";
 pub const SERVER_CERT_FILE: &str = "server.pem";
 /// The agents' key (`--tls-key` of `serve`).
 pub const SERVER_KEY_FILE: &str = "server-key.pem";
-/// The controller's certificate (`--tls-cert` of `check`).
+/// `check`'s client certificate (its `--tls-cert`).
 pub const CLIENT_CERT_FILE: &str = "client.pem";
-/// The controller's key (`--tls-key` of `check`).
+/// `check`'s client key (its `--tls-key`).
 pub const CLIENT_KEY_FILE: &str = "client-key.pem";
 /// The ExtensionServiceConfig of the shared server certificate (`--san`).
 pub const SERVER_CONFIG_FILE: &str = "server.yaml";
@@ -69,7 +69,7 @@ impl Default for InitOptions {
             force: false,
             ca_validity: 3650 * DAY,
             cert_validity: 365 * DAY,
-            client_name: "sandbox-readiness-controller".to_string(),
+            client_name: "sandbox-readiness-check".to_string(),
         }
     }
 }
@@ -241,7 +241,7 @@ pub struct NodesInitOutput {
 /// as there, and for each node `DIR/nodes/NAME.{cert.pem,key.pem,yaml}`,
 /// all 0600 (`DIR/nodes` 0700 if created). A node's document carries only
 /// its own key, so a compromised node cannot answer as another when the
-/// controller checks names (`check --tls-server-name-from-node`).
+/// `check` verifies names (`check --tls-server-name-from-node`).
 pub fn init_nodes(
     dir: &Path,
     nodes: &[NodeSpec],
@@ -319,7 +319,7 @@ pub fn init_nodes(
         );
         doc.push_str(
             "# SECRET: it contains this node's PRIVATE KEY. Add it to this node's machine\n\
-             # config only; the controller checks it with --tls-server-name-from-node.\n",
+             # config only; check verifies it with --tls-server-name-from-node.\n",
         );
         doc.push_str(&service_config(cert, key, &auth.ca_cert_pem));
         write_private(&node.config, doc.as_bytes(), options.force)?;
@@ -357,7 +357,7 @@ fn prepare(dir: &Path, options: &InitOptions, own: &[PathBuf]) -> Result<(), Tls
     Ok(())
 }
 
-/// The CA, the controller's certificate and the validity window that every
+/// The CA, `check`'s client certificate and the validity window that every
 /// server certificate of one run shares.
 struct Authority {
     issuer: Issuer<'static, KeyPair>,
@@ -670,7 +670,7 @@ pub fn render_instructions(out: &InitOutput) -> String {
     );
     let _ = writeln!(
         s,
-        "#   {CLIENT_CERT_FILE}, {CLIENT_KEY_FILE}: the controller's client certificate (until {})",
+        "#   {CLIENT_CERT_FILE}, {CLIENT_KEY_FILE}: check's client certificate (until {})",
         until(out.cert_not_after)
     );
     s.push_str("#\n");
@@ -686,7 +686,7 @@ pub fn render_instructions(out: &InitOutput) -> String {
         &out.ca_cert_pem,
     ));
     s.push_str(
-        "\n# 2. Ask the agents from the controller's machine, dialling each node by a name\n",
+        "\n# 2. Ask the agents with check (on your workstation), dialling each node by a name\n",
     );
     let _ = writeln!(
         s,
@@ -768,7 +768,7 @@ pub fn render_summary(out: &InitOutput) -> String {
     );
     let _ = writeln!(
         s,
-        "  {CLIENT_CERT_FILE}, {CLIENT_KEY_FILE}: the controller's client certificate"
+        "  {CLIENT_CERT_FILE}, {CLIENT_KEY_FILE}: check's client certificate"
     );
     let _ = writeln!(
         s,
@@ -792,7 +792,7 @@ pub fn render_nodes_summary(out: &NodesInitOutput) -> String {
     let mut s = summary_head(&out.dir, out.ca_not_after);
     let _ = writeln!(
         s,
-        "  {CLIENT_CERT_FILE}, {CLIENT_KEY_FILE}: the controller's client certificate (until {})",
+        "  {CLIENT_CERT_FILE}, {CLIENT_KEY_FILE}: check's client certificate (until {})",
         until(out.cert_not_after)
     );
     for n in &out.nodes {

@@ -1,4 +1,4 @@
-//! TLS for the agent's gRPC port and for the controller that asks it.
+//! TLS for the agent's gRPC port and for `check`, which asks it.
 //!
 //! Everything is rustls with the ring provider, from PEM files. Errors are
 //! [`TlsError`]: one line, naming the file or flag at fault, never quoting
@@ -76,7 +76,7 @@
 //! | `server.pem` | agents' certificate (1 year, serverAuth, the `--san` names) | `serve --tls-cert` |
 //! | `server-key.pem` | its key | `serve --tls-key` |
 //! | `server.yaml` | the `ExtensionServiceConfig` ([`render_instructions`]) | machine config |
-//! | `client.pem` | controller's certificate (1 year, clientAuth) | `check --tls-cert` |
+//! | `client.pem` | `check`'s client certificate (1 year, clientAuth) | `check --tls-cert` |
 //! | `client-key.pem` | its key | `check --tls-key` |
 //!
 //! The documents mount server certificate, key and CA at

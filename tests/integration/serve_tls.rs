@@ -99,7 +99,9 @@ fn plaintext_outside_loopback_is_refused_at_startup() {
         let start = Instant::now();
         let out = run({
             let mut c = Command::new(BIN);
-            c.args(&args);
+            // As the extension runs it: the refusal is plain text all the
+            // same (docs/usage/troubleshooting.md).
+            c.args(&args).env("SANDBOX_READINESS_LOG_FORMAT", "json");
             c
         });
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -107,8 +109,32 @@ fn plaintext_outside_loopback_is_refused_at_startup() {
         let lines: Vec<_> = err.lines().filter(|l| !l.trim().is_empty()).collect();
         assert_eq!(lines.len(), 1, "{err}");
         assert!(lines[0].contains(needle), "{err}");
+        assert!(lines[0].starts_with("sandbox-readiness serve: "), "{err}");
         assert!(start.elapsed() < Duration::from_secs(2));
     }
+}
+
+/// A variable clap cannot parse is clap's own error: several lines naming
+/// the flag, exit 2 (docs/usage/troubleshooting.md quotes it).
+#[test]
+fn a_value_clap_cannot_parse_is_claps_error_naming_the_flag() {
+    let out = run({
+        let mut c = Command::new(BIN);
+        c.args(["serve", "--listen", "127.0.0.1:0"])
+            .env("SANDBOX_READINESS_LOG_FORMAT", "json")
+            .env("SANDBOX_READINESS_POLL_INTERVAL", "fast");
+        c
+    });
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("error: invalid value 'fast' for '--poll-interval <POLL_INTERVAL>': ")
+            && err
+                .trim_end()
+                .ends_with("For more information, try '--help'.")
+            && err.lines().count() > 1,
+        "{err}"
+    );
 }
 
 #[test]

@@ -364,6 +364,14 @@ fn instructions_are_an_extension_service_config() {
     let tmp = tempfile::tempdir().unwrap();
     let out = init_in(tmp.path(), &["node1.pool.example", "fd00::7"]);
     let text = render_instructions(&out);
+    // The client certificate is check's: the controller never dials an agent.
+    let summary = sandbox_readiness::tls::render_summary(&out);
+    for printed in [&text, &summary] {
+        assert!(
+            printed.contains("check's client certificate") && !printed.contains("controller"),
+            "{printed}"
+        );
+    }
     let server_key = std::fs::read_to_string(&out.server_key).unwrap();
     let server_cert = std::fs::read_to_string(&out.server_cert).unwrap();
     let ca = std::fs::read_to_string(&out.ca_cert).unwrap();
