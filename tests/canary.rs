@@ -550,7 +550,12 @@ async fn fails_until_restored_after_run_2(
         if runs >= 2 {
             assert_eq!(runs, 2, "{}", agent.log().text());
             let outcome = c.and_then(|c| c.result).map(|r| r.outcome());
-            assert_eq!(outcome, Some(ProbeOutcome::Failed), "{}", agent.log().text());
+            assert_eq!(
+                outcome,
+                Some(ProbeOutcome::Failed),
+                "{}",
+                agent.log().text()
+            );
             break;
         }
         assert!(

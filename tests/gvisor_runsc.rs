@@ -165,9 +165,7 @@ async fn real_runsc_on_kvm_returns_in_time_and_cleans_up() {
     // the timed-out one, or this test does not exercise the kill and the
     // clean-up after it.
     let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let virt = cpuinfo
-        .split_whitespace()
-        .any(|w| w == "vmx" || w == "svm");
+    let virt = cpuinfo.split_whitespace().any(|w| w == "vmx" || w == "svm");
     if !virt || outcome(&p) == ProbeOutcome::Error {
         assert_eq!(outcome(&p), ProbeOutcome::Error, "{p:?}");
         assert_eq!(p.errno_name, "ETIMEDOUT", "{p:?}");

@@ -318,9 +318,11 @@ fn a_leader_that_loses_its_lease_stops_writing() {
     // Its one write of m1 came after it took the Lease back, not while the
     // intruder held it (the server's receipt time against the acquire time
     // the controller stamped, one clock on this host).
-    poll(Duration::from_secs(10), "the write of m1 in the audit log", || {
-        status_writes(&env).len() == 1
-    });
+    poll(
+        Duration::from_secs(10),
+        "the write of m1 in the audit log",
+        || status_writes(&env).len() == 1,
+    );
     let received: Vec<_> = env
         .mgmt
         .audit_writes(|e| {

@@ -195,7 +195,10 @@ fn spawn(mut c: Command) -> Running {
     let sink = Arc::clone(&err);
     let reader = std::thread::spawn(move || {
         use std::io::BufRead;
-        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
             let mut e = sink.lock().unwrap();
             e.push_str(&line);
             e.push('\n');
@@ -477,22 +480,20 @@ fn stdin_is_read_once_under_wait() {
         .to_string()
     };
     let run_stdin = |doc: String| {
-        let mut child = Command::new(BIN)
-            .args(["check", "--from-node-conditions", "--kube-nodes", "-"])
+        let mut cmd = Command::new(BIN);
+        cmd.args(["check", "--from-node-conditions", "--kube-nodes", "-"])
             .args(["--wait", "2s", "--poll", "200ms"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .stdin(Stdio::piped());
+        let mut running = spawn(cmd);
         use std::io::Write;
-        child
+        running
+            .child
             .stdin
             .take()
             .unwrap()
             .write_all(doc.as_bytes())
             .unwrap();
-        finish(child)
+        finish(running)
     };
     let (code, out, err) = run_stdin(node(&ago(1)));
     assert_eq!(code, 0, "{out}{err}");

@@ -551,7 +551,9 @@ fn a_stopped_api_server_is_written_again_once_it_is_back() {
     );
     // The server, which kept its data, has the False the agent wrote after
     // it came back, and the True from before.
-    let writes = agent_writes_until(&c, AuditMark::BEGINNING, &n, |w| statuses_sent(w).last() == Some(&"False"));
+    let writes = agent_writes_until(&c, AuditMark::BEGINNING, &n, |w| {
+        statuses_sent(w).last() == Some(&"False")
+    });
     let said = statuses_sent(&writes);
     assert_eq!(said.first(), Some(&"True"), "{said:?}");
 }
@@ -921,7 +923,10 @@ mod through_the_proxy {
         // in the window before the script was set were answered 200 by the
         // server and come first.
         let from_script = |reqs: &[RequestRecord]| -> Vec<u16> {
-            answers(reqs).into_iter().skip_while(|a| *a == 200).collect()
+            answers(reqs)
+                .into_iter()
+                .skip_while(|a| *a == 200)
+                .collect()
         };
         let reqs = s
             .proxy

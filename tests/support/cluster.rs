@@ -500,7 +500,10 @@ impl RealCluster {
         let reader = std::thread::spawn(move || {
             use std::io::BufRead;
             let mut all = String::new();
-            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
                 if line.contains("watch=true") {
                     let _ = tx.send(line.clone());
                 }
@@ -714,18 +717,29 @@ impl RealCluster {
     /// this call are logged by then. A check that something was *not*
     /// written reads the log after this, not after a sleep.
     pub fn audit_barrier(&self) {
-        let name = format!("sr-audit-barrier-{}-{}", std::process::id(), self.unique("b"));
-        self.kubectl_ok(
-            &["-n", "default", "create", "configmap", &name],
-            None,
+        let name = format!(
+            "sr-audit-barrier-{}-{}",
+            std::process::id(),
+            self.unique("b")
         );
+        self.kubectl_ok(&["-n", "default", "create", "configmap", &name], None);
         self.audit_wait(
             Duration::from_secs(10),
             AuditMark::BEGINNING,
-            |e| e["objectRef"]["resource"] == "configmaps" && e["objectRef"]["name"] == name.as_str(),
+            |e| {
+                e["objectRef"]["resource"] == "configmaps"
+                    && e["objectRef"]["name"] == name.as_str()
+            },
             |got| !got.is_empty(),
         );
-        let _ = self.kubectl(&["-n", "default", "delete", "configmap", &name, "--wait=false"]);
+        let _ = self.kubectl(&[
+            "-n",
+            "default",
+            "delete",
+            "configmap",
+            &name,
+            "--wait=false",
+        ]);
     }
 
     /// Stops etcd, kube-apiserver and kube-controller-manager, keeping the

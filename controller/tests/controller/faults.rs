@@ -192,17 +192,21 @@ fn a_killed_and_restarted_controller_does_not_flap() {
         &[("SANDBOX_READINESS_LOG", "debug")],
     );
     let judged = format!("machine={}/m1", env.ns);
-    poll(Duration::from_secs(30), "the restarted controller judged m1", || {
-        ctl2.log()
-            .lines()
-            .any(|l| l.contains("condition unchanged") && l.contains(&judged))
-    });
+    poll(
+        Duration::from_secs(30),
+        "the restarted controller judged m1",
+        || {
+            ctl2.log()
+                .lines()
+                .any(|l| l.contains("condition unchanged") && l.contains(&judged))
+        },
+    );
     let seen = statuses_during(&env, "m1", Duration::from_secs(1));
     assert_eq!(seen, ["True"], "{seen:?}");
     env.mgmt.audit_barrier();
-    let written: Vec<_> = env
-        .mgmt
-        .audit_writes_since(mark, |e| by_controller(e) && machine_status_write(e, &env.ns, "m1"));
+    let written: Vec<_> = env.mgmt.audit_writes_since(mark, |e| {
+        by_controller(e) && machine_status_write(e, &env.ns, "m1")
+    });
     assert!(
         written.is_empty(),
         "an unchanged condition was written: {written:#?}\n{}",

@@ -121,9 +121,11 @@ fn follows_the_node_unknown_false_true() {
                         .any(|c| c["type"] == env.ty.as_str() && c["status"] == status)
                 })
     };
-    poll(Duration::from_secs(10), "the False write in the audit log", || {
-        env.status_writes("m1").iter().any(|e| sends(e, "False"))
-    });
+    poll(
+        Duration::from_secs(10),
+        "the False write in the audit log",
+        || env.status_writes("m1").iter().any(|e| sends(e, "False")),
+    );
     let mark = env.mgmt.audit_mark();
     for _ in 0..3 {
         env.agent_writes("w1", "False", "SysctlMismatch", &[SYSCTL]);
@@ -286,15 +288,20 @@ fn selects_gated_machines_and_those_of_mirrored_deployments() {
     // Until then `plain` was left alone: every write the controller made to
     // it was received after the annotation (a sleep would only show that
     // nothing was written *yet*).
-    poll(Duration::from_secs(10), "plain's write in the audit log", || {
-        !env.status_writes("plain").is_empty()
-    });
+    poll(
+        Duration::from_secs(10),
+        "plain's write in the audit log",
+        || !env.status_writes("plain").is_empty(),
+    );
     let early: Vec<_> = env
         .status_writes("plain")
         .into_iter()
         .filter(|e| !annotated.precedes(e))
         .collect();
-    assert!(early.is_empty(), "plain written before it was selected: {early:#?}");
+    assert!(
+        early.is_empty(),
+        "plain written before it was selected: {early:#?}"
+    );
 }
 
 #[test]
