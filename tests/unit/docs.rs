@@ -44,7 +44,7 @@ fn every_yaml_block_in_the_docs_parses() {
             }
         }
     }
-    assert!(count > 20, "only {count} yaml blocks under docs/");
+    assert!(count >= 20, "only {count} yaml blocks under docs/");
     assert!(
         failures.is_empty(),
         "YAML that does not parse:\n{}",
