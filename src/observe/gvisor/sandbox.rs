@@ -81,6 +81,9 @@ pub async fn sandbox_probe(
     cmd.env("TMPDIR", work.tmp_dir());
     cmd.current_dir("/");
 
+    let cgroups_before = tokio::task::spawn_blocking(runsc_do_cgroups)
+        .await
+        .unwrap_or_default();
     let ran = hostio::run(cmd, timeout, CAPTURE, Some(work.path())).await;
     let mut result = match ran {
         Err(e) => probe(
@@ -91,15 +94,27 @@ pub async fn sandbox_probe(
         ),
         Ok(ran) => classify_sandbox_run(&shown, &ran, timeout),
     };
-    // runsc creates a cgroup `<hierarchy>/<sandbox id>` in every hierarchy
-    // as the sandbox starts, and only its own Destroy removes them. A run
-    // killed at its deadline (a platform that hangs: kvm under nested
-    // virtualisation) never gets there, and on a node each such probe would
-    // leave a cgroup. The ids are in our private directory (runsc's lock and
-    // state files are named `<id>_sandbox:<id>…`); the processes are dead by
-    // now, so the empty cgroups can go. Only ids of runsc's own `runsc-NNN`
-    // form are touched, and only directly under a cgroup mount.
-    let ids = sandbox_ids(work.path());
+    // `runsc do` creates a cgroup `<hierarchy>/runsc-<6 digits>` in every
+    // hierarchy as its sandbox starts, and only its own Destroy removes it.
+    // A run killed at its deadline (a platform that hangs: kvm under nested
+    // virtualisation) never gets there, nor does one that fails to start its
+    // sandbox (ENOSPC at user.max_user_namespaces = 0: runsc removes its own
+    // files, not its cgroups); each such probe would leave a cgroup on the
+    // host. The ids are the ones runsc's files in our private directory
+    // name (`<id>_sandbox:<id>.lock`) and the `runsc-<digits>` cgroups that
+    // appeared during the run; runsc's processes are dead by now, and only
+    // empty cgroups can be removed (the kernel refuses one with a task):
+    // another `runsc do` started in the same second and not yet in its
+    // cgroup is the one thing this could touch.
+    let mut ids = sandbox_ids(work.path());
+    let after = tokio::task::spawn_blocking(runsc_do_cgroups)
+        .await
+        .unwrap_or_default();
+    for id in after {
+        if !cgroups_before.contains(&id) && !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
     if !ids.is_empty() {
         let left = tokio::task::spawn_blocking(move || remove_sandbox_cgroups(&ids))
             .await
@@ -196,9 +211,35 @@ fn sandbox_ids(dir: &Path) -> Vec<String> {
 /// any other name.
 fn sandbox_id_of(file_name: &str) -> Option<String> {
     let (id, _) = file_name.split_once("_sandbox:")?;
-    let digits = id.strip_prefix("runsc-")?;
-    (!digits.is_empty() && digits.len() <= 20 && digits.bytes().all(|b| b.is_ascii_digit()))
-        .then(|| id.to_string())
+    is_runsc_do_id(id).then(|| id.to_string())
+}
+
+/// `runsc do`'s sandbox ids: `runsc-` and digits, nothing else (an id
+/// becomes a path).
+fn is_runsc_do_id(name: &str) -> bool {
+    name.strip_prefix("runsc-").is_some_and(|digits| {
+        !digits.is_empty() && digits.len() <= 20 && digits.bytes().all(|b| b.is_ascii_digit())
+    })
+}
+
+/// The `runsc do` sandbox ids that have a cgroup directly under a cgroup
+/// mount now.
+fn runsc_do_cgroups() -> Vec<String> {
+    let mountinfo =
+        hostio::read_capped(Path::new("/proc/self/mountinfo"), 256 * 1024).unwrap_or_default();
+    let mut ids = Vec::new();
+    for m in cgroup_mounts(&mountinfo) {
+        let Ok(entries) = std::fs::read_dir(&m) else {
+            continue;
+        };
+        for e in entries.flatten().take(4096) {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if is_runsc_do_id(&name) && !ids.contains(&name) {
+                ids.push(name);
+            }
+        }
+    }
+    ids
 }
 
 /// The mount points of the cgroup (v1) and cgroup2 file systems in a
