@@ -110,6 +110,11 @@ await() {
 	return "$rc"
 }
 
+# What the tests may leave on the host (processes, mounts, interfaces,
+# iptables chains, sysctls, runsc's and kubelet's cgroups), recorded before
+# anything starts; compared after the last tier (scripts/host-state.py).
+python3 scripts/host-state.py snapshot "$work/host.before"
+
 echo "== install (background, from t = 0)"
 background install "$work/install.log" scripts/install-test-deps.sh
 install_pid=$bg_pid
@@ -277,11 +282,14 @@ done
 echo "== slow tests"
 timed "tier-slow" python3 scripts/run-tests.py run "$work/artifacts.json" slow "$results" || overall=1
 
+echo "== host left clean"
+timed host-clean python3 scripts/host-state.py diff "$work/host.before" || overall=1
+
 echo "== steps (wall seconds; background steps overlap the ones after them)"
 # Budget per step on a fresh 2-core machine, cold (README "Test time").
 declare -A budget=(
 	[install]=600 [gobuild]=1800 [capibuild]=1200 [tier-control-plane]=120 [clippy]=420 [build-tests]=480 [docs]=120 [ship]=900
-	[tier-unit]=120 [tier-api]=120 [tier-controller]=240 [tier-integration]=420 [tier-slow]=240
+	[tier-unit]=120 [tier-api]=120 [tier-controller]=240 [tier-integration]=420 [tier-slow]=240 [host-clean]=60
 )
 printf '%-18s %7s %7s %7s %s\n' step start wall budget exit
 while read -r name start secs rc; do
