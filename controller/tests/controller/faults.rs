@@ -192,15 +192,19 @@ fn a_killed_and_restarted_controller_does_not_flap() {
         &[("SANDBOX_READINESS_LOG", "debug")],
     );
     let judged = format!("machine={}/m1", env.ns);
-    poll(
-        Duration::from_secs(30),
-        "the restarted controller judged m1",
-        || {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ctl2
+        .log()
+        .lines()
+        .any(|l| l.contains("condition unchanged") && l.contains(&judged))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the restarted controller never judged m1:\n{}",
             ctl2.log()
-                .lines()
-                .any(|l| l.contains("condition unchanged") && l.contains(&judged))
-        },
-    );
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let seen = statuses_during(&env, "m1", Duration::from_secs(1));
     assert_eq!(seen, ["True"], "{seen:?}");
     env.mgmt.audit_barrier();
