@@ -712,6 +712,16 @@ cmd_up() {
 	[[ -f $dir/pids/kube-apiserver.pid ]] && alive "$(<"$dir/pids/kube-apiserver.pid")" ||
 		die "the cluster in $dir is stopped (run: scripts/control-plane.sh start $dir)"
 	lock_node
+	# The tree must be searchable by a user namespace's mapped root (a
+	# hostUsers: false container's rootfs is under N): DIR, DIR/nodes and N
+	# get o+x (their files keep their modes), DIR's ancestors must have it.
+	local a=$dir
+	while [[ $a != / ]]; do
+		a=$(dirname "$a")
+		[[ $(($(stat -c %#a "$a") & 1)) == 1 ]] ||
+			die "$a is not searchable by others (mode $(stat -c %a "$a")): hostUsers: false containers under $n could not reach their rootfs"
+	done
+	chmod o+x "$dir" "$dir/nodes" "$n"
 	if [[ -f $n/node.env ]]; then
 		printf '%s: node %s is already up in %s (run: %s down %s %s)\n' "$me" "$name" "$dir" "$0" "$dir" "$name" >&2
 		exit 2
@@ -760,7 +770,11 @@ cmd_up() {
 	mkdir -p "$n"/etc/cri/conf.d "$n"/etc/kubernetes/manifests "$n"/etc/kubernetes/pki "$n"/etc/cni/net.d "$n"/opt/cni/bin \
 		"$n"/usr/local/bin "$n"/bin "$n"/run/containerd "$n"/run/runc "$n"/var/lib/containerd "$n"/var/lib/kubelet \
 		"$n"/var/log/pods "$n"/var/lib/cni/networks "$n"/usr/libexec/kubernetes/kubelet-plugins/volume/exec
-	ln -sfn "$ctd_bin/containerd" "$n/bin/containerd"
+	# containerd itself a file of N/bin (a hard link, else a copy): containerd
+	# 2.x looks for a shim missing on PATH beside its own executable, which
+	# would find the pinned bin dir's runsc shim for --runsc no-shim.
+	ln -f "$(readlink -f "$ctd_bin/containerd")" "$n/bin/containerd" 2>/dev/null ||
+		cp "$ctd_bin/containerd" "$n/bin/containerd" || die "cannot copy $ctd_bin/containerd into $n/bin"
 	ln -sfn "$ctd_bin/ctr" "$n/bin/ctr"
 	ln -sfn "$ctd_bin/containerd-shim-runc-v2" "$n/bin/containerd-shim-runc-v2"
 	ln -sfn "$runc_bin" "$n/bin/runc"
@@ -884,15 +898,23 @@ do_down() {
 	rm -f "$n/.made-var-log-containers"
 	# Shim sockets in /run/containerd/s, runsc state in /run/containerd/runsc:
 	# the names hash or name this node's own tasks.
-	local bd ns id
-	for bd in "$n"/run/containerd/io.containerd.runtime.v2.task/*/*; do
-		[[ -d $bd ]] || continue
-		id=${bd##*/}
-		ns=${bd%/*}
-		ns=${ns##*/}
-		rm -f "/run/containerd/s/$(printf '%s' "$sock/$ns/$id" | sha256sum | cut -c1-64)"
-		rm -rf "/run/containerd/runsc/$ns/$id"
-	done
+	# Every id containerd logged (a shim that failed to start leaves its
+	# socket, and its bundle is gone) and every bundle still there.
+	local bd id
+	{
+		for bd in "$n"/run/containerd/io.containerd.runtime.v2.task/k8s.io/*; do
+			[[ -d $bd ]] && printf '%s\n' "${bd##*/}"
+		done
+		grep -ohE '\b[0-9a-f]{64}\b' "$n/logs/containerd.log" 2>/dev/null || true
+	} | sort -u >"$n/logs/.ids"
+	while read -r id; do
+		[[ -n $id ]] || continue
+		for bd in "$sock/k8s.io/$id" "$sock/k8s.io/$id/debug"; do
+			rm -f "/run/containerd/s/$(printf '%s' "$bd" | sha256sum | cut -c1-64)"
+		done
+		[[ -d /run/containerd/runsc/k8s.io/$id ]] && rm -rf "/run/containerd/runsc/k8s.io/$id"
+	done <"$n/logs/.ids"
+	rm -f "$n/logs/.ids"
 	rmdir /run/containerd/runsc/k8s.io /run/containerd/runsc /run/containerd/s /run/containerd 2>/dev/null || true
 	sysctl_release
 	release_ports
