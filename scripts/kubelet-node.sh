@@ -819,7 +819,7 @@ EOF
 	import_images
 	# kubelet.
 	env_path=$env_path launch kubelet "$nrb/kubelet" --config="$n/etc/kubernetes/kubelet.yaml" \
-		--kubeconfig="$n/etc/kubernetes/kubeconfig-kubelet" --hostname-override="$name" --node-ip=127.0.0.1 \
+		--kubeconfig="$n/etc/kubernetes/kubeconfig-kubelet" --hostname-override="$name" \
 		--root-dir="$n/var/lib/kubelet" --cert-dir="$n/var/lib/kubelet/pki" \
 		--volume-plugin-dir="$n/usr/libexec/kubernetes/kubelet-plugins/volume/exec" --v=2 ||
 		die "kubelet did not start"
