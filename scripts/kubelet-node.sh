@@ -29,9 +29,12 @@
 #
 # Prints nothing on success; a failure is one line on stderr and a non-zero
 # exit, and an `up` that fails leaves nothing running (it runs `down`).
+# `up` gives DIR, DIR/nodes and N o+x (a hostUsers: false container's root
+# must reach its rootfs under N) and refuses a DIR with an unsearchable
+# ancestor. Nodes of one or several clusters can be up at once.
 #
 # The node's tree is DIR/nodes/NAME/ (N below), a node's host tree:
-#   etc/cri/containerd.toml          the main config (version 3), importing
+#   etc/cri/containerd.toml          the main config (version 3; 2 for 1.6), importing
 #                                    etc/cri/conf.d/cri.toml as Talos's
 #                                    /etc/cri/containerd.toml does
 #   etc/cri/conf.d/*.part            the drop-ins: 00-node.part (this node's CRI
@@ -56,12 +59,14 @@
 # imported and pinned; there is no registry.
 #
 # On the host outside N while up: the cgroup /sr-kn-NAME in every cgroup v1
-# hierarchy (kubelet's cgroupRoot), the bridge sr-kn-<n> and pods' veths, the
-# sysctls kubelet's protectKernelDefaults wants (vm.overcommit_memory=1,
-# kernel.panic=10, kernel.panic_on_oops=1; the values before are restored
-# when the last node goes down), /var/log/containers (kubelet's fixed
-# symlink dir), shim sockets in /run/containerd/s, runsc state in
-# /run/containerd/runsc. `down` removes all of it.
+# hierarchy (kubelet's cgroupRoot), the bridge sr-kn-<n> (made by the CNI
+# plugin with the first pod) and pods' veths, the sysctls kubelet's
+# protectKernelDefaults wants (vm.overcommit_memory=1, kernel.panic=10,
+# kernel.panic_on_oops=1; the values before are saved under
+# $SR_CONTROL_PLANE_RUN/kubelet-node/ and restored when the last node goes
+# down), /var/log/containers (kubelet's fixed symlink dir), shim sockets in
+# /run/containerd/s, runsc state in /run/containerd/runsc. `down` removes all
+# of it.
 #
 # Environment: SR_NODE_RUNTIME_BIN (the bin dir; default what
 # `scripts/build-node-runtime.sh path` prints), SR_TEST_CACHE (Debian's
