@@ -4,13 +4,18 @@
 # etcd (data on tmpfs, --unsafe-no-fsync), kube-apiserver (Node,RBAC,
 # NodeRestriction, client certificates, service-account tokens, front-proxy
 # request headers, an audit log) and kube-controller-manager (garbage
-# collector, namespace, service-account and token controllers only).
+# collector, namespace, service-account and token controllers, and the
+# root-ca-cert-publisher, whose kube-root-ca.crt ConfigMap in every namespace
+# a real kubelet's projected service-account token volume needs).
 #
 #   up DIR          start a new cluster whose state lives in DIR (refuses a DIR
 #                   that already has one: exit 2)
 #   node DIR NAME   register Node NAME as kubelet does, with a kubelet-style
 #                   client certificate (CN=system:node:NAME, O=system:nodes);
 #                   leaves DIR/nodes/NAME.kubeconfig (+ .crt/.key beside it)
+#   node-cert DIR NAME
+#                   only that certificate and kubeconfig, no Node: for a real
+#                   kubelet that registers itself (scripts/kubelet-node.sh)
 #   stop DIR        stop etcd, kube-apiserver, kube-controller-manager; keep
 #                   data, certificates and ports (an outage; the Cluster API
 #                   managers of `capi` keep running and reconnect)
@@ -74,7 +79,7 @@ die() {
 }
 
 usage() {
-	printf 'usage: %s up DIR | node DIR NAME | stop DIR | start DIR | down DIR | capi DIR [WORKLOAD]\n' "$0" >&2
+	printf 'usage: %s up DIR | node DIR NAME | node-cert DIR NAME | stop DIR | start DIR | down DIR | capi DIR [WORKLOAD]\n' "$0" >&2
 	exit 2
 }
 
@@ -426,7 +431,7 @@ start_kcm() {
 	launch kube-controller-manager \
 		--kubeconfig="$dir/kcm.kubeconfig" \
 		--authentication-kubeconfig="$dir/kcm.kubeconfig" --authorization-kubeconfig="$dir/kcm.kubeconfig" \
-		--controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token \
+		--controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token,root-ca-cert-publisher \
 		--service-account-private-key-file="$k/sa.key" --root-ca-file="$dir/ca.crt" \
 		--use-service-account-credentials=true \
 		--bind-address=127.0.0.1 --secure-port="$KCM_PORT" --cert-dir="$k/kcm-cert-dir" \
@@ -617,25 +622,39 @@ cmd_down() {
 	rm -f "$dir/etcd" "$dir/control-plane.env" "$dir/.starting"
 }
 
-cmd_node() {
-	set_dir "$1"
-	local name=$2
+# node_cert NAME: DIR/nodes/NAME.kubeconfig with a kubelet's client
+# certificate (CN=system:node:NAME, O=system:nodes), made once.
+node_cert() {
+	local name=$1
 	local re='^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'
 	if ((${#name} > 253)) || ! [[ $name =~ $re ]]; then
 		printf '%s: bad node name %q: must be a DNS-1123 subdomain (lower-case alphanumerics, "-", ".")\n' "$me" "$name" >&2
 		exit 2
 	fi
 	load_env
-	bin=${SR_CONTROL_PLANE_BIN:-$BIN}
-	find_bin
-	command -v curl >/dev/null 2>&1 || die "curl is not installed (Debian package curl)"
-	pid_of kube-apiserver >/dev/null || die "the cluster in $dir is stopped (run: $0 start $dir)"
 	mkdir -p "$dir/nodes"
 	local n=$dir/nodes/$name
 	if [[ ! -f $n.kubeconfig ]]; then
 		new_cert "$dir/client-ca.key" "$dir/client-ca.crt" "$n.key" "$n.crt" "/O=system:nodes/CN=system:node:$name" clientAuth
 		kubeconfig "$n.kubeconfig" "system:node:$name" "$n.crt" "$n.key"
 	fi
+}
+
+cmd_node_cert() {
+	set_dir "$1"
+	command -v openssl >/dev/null 2>&1 || die "openssl is not installed (Debian package openssl)"
+	node_cert "$2"
+}
+
+cmd_node() {
+	set_dir "$1"
+	local name=$2
+	node_cert "$name"
+	bin=${SR_CONTROL_PLANE_BIN:-$BIN}
+	find_bin
+	command -v curl >/dev/null 2>&1 || die "curl is not installed (Debian package curl)"
+	pid_of kube-apiserver >/dev/null || die "the cluster in $dir is stopped (run: $0 start $dir)"
+	local n=$dir/nodes/$name
 	local k=("$bin/kubectl" --kubeconfig="$n.kubeconfig" --request-timeout=10s) out arch
 	case $(uname -m) in
 	x86_64) arch=amd64 ;;
@@ -865,6 +884,7 @@ EOT
 case $1 in
 up) (($# == 2)) || usage && cmd_up "$2" ;;
 node) (($# == 3)) || usage && cmd_node "$2" "$3" ;;
+node-cert) (($# == 3)) || usage && cmd_node_cert "$2" "$3" ;;
 stop) (($# == 2)) || usage && cmd_stop "$2" ;;
 start) (($# == 2)) || usage && cmd_start "$2" ;;
 down) (($# == 2)) || usage && cmd_down "$2" ;;

@@ -30,6 +30,11 @@ done
 dpkg -s busybox-static >/dev/null 2>&1 || need_apt+=(busybox-static)
 # python3-yaml: scripts/capi-manifests.py (the CAPI/CABPT webhooks onto loopback).
 python3 -c "import yaml" 2>/dev/null || need_apt+=(python3-yaml)
+# The node runtime's runc is built with cgo and -tags seccomp
+# (scripts/build-node-runtime.sh): gcc, pkg-config, libseccomp-dev.
+for pkg in gcc pkg-config libseccomp-dev; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
 # Some machines come with qemu-utils from bookworm-backports (10.x), which
 # Breaks bookworm's qemu-system-common 7.2: the QEMU system emulators are then
 # taken from bookworm-backports too, so apt can install them beside it.
