@@ -196,6 +196,18 @@ if cp_bin=$(scripts/build-control-plane.sh path); then
 	export PATH=$cp_bin:$PATH
 	echo "kubectl for every test: $(command -v kubectl) ($(kubectl version --client -o json | python3 -c 'import json, sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])'))"
 fi
+# The real node's runtime (scripts/build-node-runtime.sh: kubelet, containerd
+# 2.2, runc, runsc and its shim, the CNI plugins; pins in controlplane/PINS),
+# once the control plane's build has filled the Go cache kubelet shares with
+# it and the install step has brought libseccomp-dev; the integration tier's
+# kubelet matrix waits for it.
+echo "== Go builds: the node runtime (background, after the control plane)"
+background nodebuild "$work/nodebuild.log" bash -c '
+	set -e
+	start=$SECONDS
+	scripts/build-node-runtime.sh all
+	echo "node runtime: $((SECONDS - start)) s"'
+nodebuild_pid=$bg_pid
 if oracle_env=$(scripts/build-talos-oracle.sh path); then
 	set -a
 	eval "$oracle_env"
@@ -225,6 +237,15 @@ else
 fi
 
 for tier in api controller integration; do
+	if [ "$tier" = integration ]; then
+		await nodebuild "$nodebuild_pid" "$work/nodebuild.log" || {
+			echo "== the node runtime's build failed: the kubelet matrix fails"
+			overall=1
+		}
+		if nr_bin=$(scripts/build-node-runtime.sh path); then
+			export SR_NODE_RUNTIME_BIN=$nr_bin
+		fi
+	fi
 	echo "== $tier tests"
 	timed "tier-$tier" python3 scripts/run-tests.py run "$work/artifacts.json" "$tier" "$results" || overall=1
 done
@@ -288,7 +309,7 @@ timed host-clean python3 scripts/host-state.py diff "$work/host.before" || overa
 echo "== steps (wall seconds; background steps overlap the ones after them)"
 # Budget per step on a fresh 2-core machine, cold (README "Test time").
 declare -A budget=(
-	[install]=600 [gobuild]=1800 [capibuild]=1200 [tier-control-plane]=120 [clippy]=420 [build-tests]=480 [docs]=120 [ship]=900
+	[install]=600 [gobuild]=1800 [capibuild]=1200 [nodebuild]=1200 [tier-control-plane]=120 [clippy]=420 [build-tests]=480 [docs]=120 [ship]=900
 	[tier-unit]=120 [tier-api]=120 [tier-controller]=240 [tier-integration]=420 [tier-slow]=240 [host-clean]=60
 )
 printf '%-18s %7s %7s %7s %s\n' step start wall budget exit
