@@ -6,7 +6,7 @@
 # scripts/build-node-runtime.sh (pins: controlplane/PINS).
 #
 #   up DIR NAME [--containerd 2.2|2.1|1.6] [--runc talos|1.3|1.1]
-#               [--runsc present|absent|no-shim|broken]
+#               [--runsc present|absent|no-shim|broken] [--status-every DURATION]
 #                   start node NAME; returns once the Node is Ready and (but
 #                   with containerd 1.6, whose CRI has no handler list)
 #                   status.runtimeHandlers is filled. Refuses a NAME that is
@@ -18,6 +18,10 @@
 #     --runc        talos: the pinned runc (Talos 1.13.9's v1.4.3, the
 #                   default); 1.3: Debian sid's (fetch-debian.sh); 1.1: Debian
 #                   12's installed 1.1.5
+#     --status-every DURATION
+#                   kubelet's nodeStatusUpdateFrequency and
+#                   nodeStatusReportFrequency (e.g. 2s: a status PATCH every
+#                   2 s; default kubelet's, 10s and 5m, as on Talos)
 #     --runsc       present: the extension installed (10-gvisor.part,
 #                   runsc.toml, runsc and containerd-shim-runsc-v1 in
 #                   usr/local/bin; the default); absent: not installed (no
@@ -93,7 +97,7 @@ die() {
 }
 
 usage() {
-	printf 'usage: %s up DIR NAME [--containerd 2.2|2.1|1.6] [--runc talos|1.3|1.1] [--runsc present|absent|no-shim|broken] | down DIR NAME\n' "$0" >&2
+	printf 'usage: %s up DIR NAME [--containerd 2.2|2.1|1.6] [--runc talos|1.3|1.1] [--runsc present|absent|no-shim|broken] [--status-every DURATION] | down DIR NAME\n' "$0" >&2
 	exit 2
 }
 
@@ -560,6 +564,11 @@ serverTLSBootstrap: false
 evictionHard: {memory.available: 100Mi}
 imageGCHighThresholdPercent: 100
 EOF
+	if [[ -n ${status_every:-} ]]; then
+		# kubelet posts its status at least this often, changed or not
+		# (Talos: the defaults, 10s and 5m).
+		printf 'nodeStatusUpdateFrequency: %s\nnodeStatusReportFrequency: %s\n' "$status_every" "$status_every" >>"$n/etc/kubernetes/kubelet.yaml"
+	fi
 }
 
 # ---------------------------------------------------------------- the image
@@ -700,12 +709,13 @@ pick_bridge() {
 cmd_up() {
 	set_node "$1" "$2"
 	shift 2
-	ctd=2.2 runc=talos runsc=present
+	ctd=2.2 runc=talos runsc=present status_every=
 	while (($#)); do
 		case $1 in
 		--containerd) [[ ${2:-} =~ ^(2\.2|2\.1|1\.6)$ ]] || usage; ctd=$2 ;;
 		--runc) [[ ${2:-} =~ ^(talos|1\.3|1\.1)$ ]] || usage; runc=$2 ;;
 		--runsc) [[ ${2:-} =~ ^(present|absent|no-shim|broken)$ ]] || usage; runsc=$2 ;;
+		--status-every) [[ ${2:-} =~ ^[1-9][0-9]*(s|m)$ ]] || usage; status_every=$2 ;;
 		*) usage ;;
 		esac
 		shift 2
