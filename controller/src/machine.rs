@@ -190,11 +190,13 @@ pub fn mirrored(md: &Value) -> bool {
         == Some("true")
 }
 
-/// A Cluster is paused: `spec.paused: true` or the pause annotation
-/// (CAPI's `annotations.IsPaused(cluster, o)` reads both).
+/// A Cluster pauses its Machines with `spec.paused: true` only. Cluster
+/// API's `annotations.IsPaused(cluster, o)` is `cluster.Spec.Paused ||
+/// HasPaused(o)`: the pause annotation on the Cluster pauses the Cluster's
+/// own reconcile, not its Machines, and a Machine condition frozen by it
+/// would be acted on by a MachineHealthCheck that does not freeze.
 pub fn cluster_paused(c: &Value) -> bool {
     c.pointer("/spec/paused").and_then(Value::as_bool) == Some(true)
-        || has_annotation(c, PAUSED_ANNOTATION)
 }
 
 /// The controller looks after a Machine gated on its condition type, or
@@ -318,7 +320,8 @@ mod tests {
     fn paused_clusters() {
         assert!(cluster_paused(&json!({"spec":{"paused":true}})));
         assert!(!cluster_paused(&json!({"spec":{"paused":false}})));
-        assert!(cluster_paused(
+        // The annotation on the Cluster does not pause its Machines.
+        assert!(!cluster_paused(
             &json!({"metadata":{"annotations":{PAUSED_ANNOTATION:""}}})
         ));
         assert!(!cluster_paused(&json!({"metadata":{"annotations":{}}})));
