@@ -20,7 +20,9 @@
 //! - the Node says `False` or `Unknown` → the same, with its reason;
 //! - the Node says `True` but its `sandbox-readiness.io/desired`
 //!   annotation does not cover the machine config the node booted with →
-//!   `False` / `DesiredStateNotChecked`, naming the keys;
+//!   `False` / `DesiredStateNotChecked`, naming the keys; no annotation, an
+//!   unreadable one, or a pool the controller cannot read →
+//!   `Unknown` / `DesiredStateNotChecked` (it could not check: never False);
 //! - else `True`.
 //!
 //! Every verdict has a reason: Cluster API's v1beta2 CRD schema requires
@@ -278,7 +280,15 @@ fn node_decision(
     stale_after: Duration,
 ) -> Decision {
     let judged = sandbox_readiness::nodestatus::read::judge(reading, now, stale_after, pool);
+    // The node's annotation against its pool's template says the node
+    // checks less than it was told: False. The comparison could not be made
+    // (no annotation, an unreadable one, a pool the controller cannot read):
+    // Unknown, never False. A False of the controller's own making would
+    // have a MachineHealthCheck remediate a node nobody found wrong, and
+    // remediate its replacement again, for as long as the template is
+    // unreadable; the gate holds on Unknown all the same.
     let not_checked = |m: String| verdict(Status::False, DESIRED_STATE_NOT_CHECKED, m);
+    let could_not_check = |m: String| verdict(Status::Unknown, DESIRED_STATE_NOT_CHECKED, m);
     let c = match (&judged, &reading.condition) {
         (Judged::NoCondition, _) | (_, None) => {
             return verdict(
@@ -309,13 +319,13 @@ fn node_decision(
             return Decision::Keep
         }
         (Judged::NoAnnotation { fresh: false }, _) => {
-            return not_checked(format!(
+            return could_not_check(format!(
                 "Node {node} is ready by its own desired state, but carries no \
                  sandbox-readiness.io/desired annotation to compare with its pool's"
             ))
         }
         (Judged::Unreadable(why), _) => {
-            return not_checked(format!(
+            return could_not_check(format!(
                 "Node {node}: its desired state cannot be compared with its pool's: {why}"
             ))
         }
@@ -577,10 +587,10 @@ mod tests {
                 w(False, DESIRED_STATE_NOT_CHECKED),
             ),
             (
-                "no annotation",
+                "no annotation: could not check, Unknown",
                 node(True, "R", Some(9_980), D::NoAnnotation),
                 true,
-                w(False, DESIRED_STATE_NOT_CHECKED),
+                w(Unknown, DESIRED_STATE_NOT_CHECKED),
             ),
             (
                 "no annotation yet (the agent writes it just after)",
@@ -589,10 +599,10 @@ mod tests {
                 None,
             ),
             (
-                "unreadable",
+                "unreadable: could not check, Unknown",
                 node(True, "R", Some(9_990), D::Unreadable),
                 true,
-                w(False, DESIRED_STATE_NOT_CHECKED),
+                w(Unknown, DESIRED_STATE_NOT_CHECKED),
             ),
             (
                 "pool not yet known",
