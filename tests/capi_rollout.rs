@@ -195,6 +195,26 @@ impl Pool {
         ));
     }
 
+    /// The controller with `kubeconfig` for the management cluster (a fault
+    /// proxy's, say) instead of the admin's.
+    fn start_controller_through(&mut self, kubeconfig: &Path, flags: &[&str]) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("controller.log"))
+            .unwrap();
+        self.controller = Some(Killed(
+            Command::new(controller_bin())
+                .arg("--kubeconfig")
+                .arg(kubeconfig)
+                .args(flags)
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        ));
+    }
+
     fn stop_controller(&mut self) {
         self.controller = None;
     }
@@ -780,6 +800,61 @@ fn paused_machines_insecure_kubeconfigs_negative_gates_and_big_nodes() {
         .collect();
     let (paused, other) = (&machines[0], &machines[1]);
     pool.stop_controller();
+
+    // 0. The pools cannot be read at the controller's start (the TalosConfig
+    // CRD's read fails: a 5xx, as while CABPT or RBAC comes up): it reads it
+    // again with backoff, and a Machine whose condition it must write anew
+    // (ours removed) gets its True once it can. Before, one failed read
+    // left every pool unknown for the life of the process.
+    let ns = pool.ns;
+    let machine_path = |m: &str| format!("{CAPI}/namespaces/{ns}/machines/{m}");
+    let mut m = pool.mgmt.get(&machine_path(other)).unwrap();
+    let kept: Vec<Value> = m["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["type"] != GATE)
+        .cloned()
+        .collect();
+    m["status"]["conditions"] = json!(kept);
+    pool.mgmt.write(
+        "PUT",
+        &format!("{}/status", machine_path(other)),
+        "application/json",
+        &m,
+    );
+    assert_eq!(gate_of(&pool, other), None);
+    let proxy = test_api::FaultProxy::http(pool.mgmt.dir()).unwrap();
+    let crd = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/talosconfigs.bootstrap.cluster.x-k8s.io";
+    proxy.faults().script(
+        "GET",
+        crd,
+        vec![
+            test_api::Scripted::status(503),
+            test_api::Scripted::status(503),
+            test_api::Scripted::status(503),
+        ],
+    );
+    let admin = proxy.client_cert("admin", &["system:masters"]);
+    let kc = pool.dir.path().join("proxied.kubeconfig");
+    std::fs::write(&kc, proxy.kubeconfig_inline(&admin)).unwrap();
+    pool.start_controller_through(&kc, &[]);
+    wait_gate(&pool, other, "True", None, Duration::from_secs(60));
+    let reads: Vec<u16> = proxy
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path == crd)
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(
+        reads.get(..4),
+        Some(&[503, 503, 503, 200][..]),
+        "{}",
+        pool.diagnose()
+    );
+    pool.stop_controller();
+    drop(proxy);
+
     let metrics_port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
@@ -792,8 +867,6 @@ fn paused_machines_insecure_kubeconfigs_negative_gates_and_big_nodes() {
     ]);
     wait_gate(&pool, paused, "True", None, Duration::from_secs(30));
     wait_gate(&pool, other, "True", None, Duration::from_secs(30));
-    let ns = pool.ns;
-    let machine_path = |m: &str| format!("{CAPI}/namespaces/{ns}/machines/{m}");
     // 1. Pause one Machine as Cluster API pauses it.
     pool.mgmt.write(
         "PATCH",

@@ -32,6 +32,7 @@
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
+    time::Duration,
 };
 
 use futures_util::StreamExt;
@@ -192,21 +193,50 @@ async fn served_version(mgmt: &Client) -> Result<String, String> {
     }
 }
 
+/// The first retry of the TalosConfig CRD's read, doubled up to
+/// [`RETRY_MAX`]: a CRD installed after the controller (CABPT after it), RBAC
+/// bound late, a 5xx or a 429 are all passing.
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+/// The longest wait between two reads of the CRD: a pool waits at most this
+/// long after CABPT's CRDs appear.
+pub const RETRY_MAX: Duration = Duration::from_secs(30);
+
 impl Desired {
-    /// Resolves CABPT's version and starts the two watches; a CRD that
-    /// cannot be read leaves every pool `NotYetKnown` until the next try,
-    /// one that does not exist makes it `Unreadable`.
-    pub async fn start(&self, mgmt: &Client, on_change: impl Fn() + Send + Sync + 'static) {
-        let version = match served_version(mgmt).await {
-            Ok(v) => v,
-            Err(e) => {
-                tracing::warn!("{e}");
-                if e.contains("not installed") {
-                    *lock(&self.watched) = Some(Err(e));
+    /// Resolves CABPT's version and starts the two watches, reading the CRD
+    /// again with backoff (1 s doubling to 30 s) until it can: a CRD that
+    /// cannot be read leaves every pool `NotYetKnown` meanwhile, one that
+    /// does not exist makes it `Unreadable` until it does. `waiting` is told
+    /// why it waits (None once the watches run): /readyz and a metric show it.
+    pub async fn start(
+        &self,
+        mgmt: &Client,
+        on_change: impl Fn() + Send + Sync + 'static,
+        waiting: impl Fn(Option<&str>),
+    ) {
+        let mut delay = RETRY_FIRST;
+        let mut last: Option<String> = None;
+        let version = loop {
+            match served_version(mgmt).await {
+                Ok(v) => break v,
+                Err(e) => {
+                    if last.as_deref() != Some(e.as_str()) {
+                        tracing::warn!(
+                            "{e}; reading it again within {}",
+                            humantime::format_duration(RETRY_MAX)
+                        );
+                    }
+                    *lock(&self.watched) = e.contains("not installed").then(|| Err(e.clone()));
+                    waiting(Some(&e));
+                    last = Some(e);
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(RETRY_MAX);
                 }
-                return;
             }
         };
+        if last.is_some() {
+            tracing::info!("the TalosConfig CRD is readable now; pools are read");
+        }
+        waiting(None);
         let ar = |kind: &str, plural: &str| {
             ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, &version, kind), plural)
         };

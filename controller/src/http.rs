@@ -28,7 +28,7 @@ pub struct Endpoints {
 /// The answer on `path`. Pure.
 pub fn answer(
     path: &str,
-    synced: bool,
+    ready: Result<(), String>,
     progressing: bool,
     metrics: impl FnOnce() -> String,
 ) -> Answer {
@@ -38,8 +38,10 @@ pub fn answer(
             StatusCode::SERVICE_UNAVAILABLE,
             "the reconcile loop has stopped making progress",
         ),
-        "/readyz" if synced => Answer::text(StatusCode::OK, "ok"),
-        "/readyz" => Answer::text(StatusCode::SERVICE_UNAVAILABLE, "caches not yet synced"),
+        "/readyz" => match ready {
+            Ok(()) => Answer::text(StatusCode::OK, "ok"),
+            Err(why) => Answer::text(StatusCode::SERVICE_UNAVAILABLE, &why),
+        },
         "/metrics" => Answer::metrics(metrics()),
         _ => Answer::text(StatusCode::NOT_FOUND, "not found"),
     }
@@ -53,7 +55,7 @@ pub fn serve(listener: TcpListener, e: Endpoints) {
         Limits::default(),
         move |path| {
             let m = &e.metrics;
-            answer(path, m.synced(), m.progressing(e.stall_after), || {
+            answer(path, m.ready(), m.progressing(e.stall_after), || {
                 m.render(env!("CARGO_PKG_VERSION"), &(e.gauges)())
             })
         },
@@ -67,7 +69,14 @@ mod tests {
     #[test]
     fn routes() {
         let m = || "x 1\n".to_string();
-        let status = |path, synced, progressing| answer(path, synced, progressing, m).status;
+        let status = |path, synced: bool, progressing| {
+            let ready = if synced {
+                Ok(())
+            } else {
+                Err("caches not yet synced".to_string())
+            };
+            answer(path, ready, progressing, m).status
+        };
         assert_eq!(status("/healthz", false, true), StatusCode::OK);
         assert_eq!(status("/livez", false, true), StatusCode::OK);
         assert_eq!(
@@ -80,7 +89,7 @@ mod tests {
         );
         assert_eq!(status("/readyz", true, true), StatusCode::OK);
         assert_eq!(
-            answer("/metrics", false, true, m),
+            answer("/metrics", Err("x".into()), true, m),
             Answer::metrics("x 1\n".into())
         );
         assert_eq!(status("/", true, true), StatusCode::NOT_FOUND);

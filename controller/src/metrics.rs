@@ -47,6 +47,11 @@ pub struct Metrics {
     leader: AtomicU64,
     /// 1 once the management caches listed.
     synced: AtomicU64,
+    /// Why the pools cannot be read yet (the TalosConfig CRD's read), None
+    /// once their watches run (and before the first try).
+    desired_waiting: Mutex<Option<String>>,
+    /// 1 once the TalosConfig and TalosConfigTemplate watches run.
+    desired_watched: AtomicU64,
     /// Unix seconds of the controller loop's last sign of life (a reconcile
     /// or a resync tick it consumed).
     progress: AtomicU64,
@@ -89,6 +94,33 @@ impl Metrics {
 
     pub fn synced(&self) -> bool {
         self.synced.load(Ordering::Relaxed) == 1
+    }
+
+    /// What the pools' watches wait for (`None`: they run).
+    pub fn set_desired_waiting(&self, why: Option<&str>) {
+        *self
+            .desired_waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = why.map(str::to_string);
+        self.desired_watched
+            .store(u64::from(why.is_none()), Ordering::Relaxed);
+    }
+
+    /// Ready to serve: the management caches listed and the pools readable;
+    /// else what it waits for.
+    pub fn ready(&self) -> Result<(), String> {
+        if !self.synced() {
+            return Err("caches not yet synced".into());
+        }
+        match self
+            .desired_waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_deref()
+        {
+            Some(why) => Err(format!("the pools cannot be read yet: {why}")),
+            None => Ok(()),
+        }
     }
 
     /// The loop is alive: it reconciled, or it consumed a resync tick.
@@ -144,6 +176,12 @@ impl Metrics {
             Kind::Gauge,
             "1 once the management cluster's Machines, MachineDeployments and Clusters were listed.",
             n(&self.synced),
+        );
+        e.single(
+            &name("desired_state_watched"),
+            Kind::Gauge,
+            "1 once the TalosConfig and TalosConfigTemplate watches run; 0 while the TalosConfig CRD cannot be read (the log and /readyz say why; it is read again with backoff up to 30 s).",
+            n(&self.desired_watched),
         );
         e.family(
             &name("machines"),

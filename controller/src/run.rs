@@ -186,12 +186,23 @@ pub async fn run(
         );
     }
     {
+        // In a task of its own: it reads the TalosConfig CRD until it can
+        // (CABPT installed after the controller, RBAC bound late, a 5xx),
+        // and nothing else waits for it (pools read NotYetKnown meanwhile).
         let tx = all_tx.clone();
-        ctx.desired
-            .start(&mgmt, move || {
-                let _ = tx.send(());
-            })
-            .await;
+        let (c, mgmt) = (ctx.clone(), mgmt.clone());
+        tokio::spawn(async move {
+            let m = c.metrics.clone();
+            c.desired
+                .start(
+                    &mgmt,
+                    move || {
+                        let _ = tx.send(());
+                    },
+                    move |why| m.set_desired_waiting(why),
+                )
+                .await;
+        });
     }
     // /readyz and the first writes wait for the three caches' first lists.
     {
