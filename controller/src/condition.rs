@@ -42,6 +42,7 @@ pub const CONDITION_STALE: &str = "ConditionStale";
 pub const DESIRED_STATE_NOT_CHECKED: &str = "DesiredStateNotChecked";
 pub const GATE_POLARITY_NEGATIVE: &str = "GatePolarityNegative";
 pub const WORKLOAD_KUBECONFIG_REFUSED: &str = "WorkloadKubeconfigRefused";
+pub const NODE_OF_ANOTHER_MACHINE: &str = "NodeOfAnotherMachine";
 /// Reasons used when the Node's own condition carries none (the agent
 /// always writes one; another writer might not).
 pub const NODE_READY_FALLBACK: &str = "NodeSandboxReady";
@@ -79,6 +80,13 @@ pub enum NodeSeen {
     Refused { why: String },
     /// The workload cluster was read and has no Node of that name.
     NoNode { node: String },
+    /// The Node of that name is another machine's: its providerID is not
+    /// the Machine's (a name reused; Cluster API matches by providerID).
+    OtherMachine {
+        node: String,
+        node_provider: String,
+        machine_provider: String,
+    },
     /// The Node as read, and what it is judged against: the desired state
     /// read from the machine config the node booted with (the pool is read
     /// only when the Node says `True`; else [`Pool::Own`]).
@@ -202,6 +210,18 @@ pub fn decide(
             CONDITION_NOT_YET_REPORTED,
             format!("Node {node} is not in the workload cluster"),
         ),
+        NodeSeen::OtherMachine {
+            node,
+            node_provider,
+            machine_provider,
+        } => verdict(
+            Status::Unknown,
+            NODE_OF_ANOTHER_MACHINE,
+            format!(
+                "Node {node} is another machine's: its providerID is {node_provider}, this Machine's {machine_provider}; \
+                 its condition is not this Machine's verdict"
+            ),
+        ),
         NodeSeen::Node {
             node,
             reading,
@@ -265,7 +285,10 @@ pub fn recheck_in(
                 (a, b) => a.or(b),
             }
         }
-        NodeSeen::NoNodeRef | NodeSeen::Refused { .. } | NodeSeen::NoNode { .. } => None,
+        NodeSeen::NoNodeRef
+        | NodeSeen::Refused { .. }
+        | NodeSeen::NoNode { .. }
+        | NodeSeen::OtherMachine { .. } => None,
     }
 }
 
@@ -444,6 +467,16 @@ mod tests {
                 NodeSeen::NoNodeRef,
                 true,
                 w(Unknown, NODE_NOT_YET_ASSIGNED),
+            ),
+            (
+                "a Node of another machine under the name (a reused name)",
+                NodeSeen::OtherMachine {
+                    node: "w1".into(),
+                    node_provider: "test://old".into(),
+                    machine_provider: "test://new".into(),
+                },
+                true,
+                w(Unknown, NODE_OF_ANOTHER_MACHINE),
             ),
             (
                 "workload unread, condition kept",

@@ -67,6 +67,10 @@ pub enum Gate {
 pub struct MachineView<'a> {
     pub cluster: Option<&'a str>,
     pub node: Option<&'a str>,
+    /// `spec.providerID`: the machine the Machine is. Cluster API matches
+    /// Nodes to Machines by it; a Node under `node`'s name with another
+    /// providerID is another machine's (a name reused).
+    pub provider_id: Option<&'a str>,
     pub config_ref: Option<ConfigRef<'a>>,
     pub deployment: Option<&'a str>,
     pub gate: Gate,
@@ -107,6 +111,7 @@ pub fn view<'a>(m: &'a Value, condition_type: &str) -> MachineView<'a> {
     MachineView {
         cluster: str_at(m, &["spec", "clusterName"]),
         node: str_at(m, &["status", "nodeRef", "name"]),
+        provider_id: str_at(m, &["spec", "providerID"]),
         config_ref,
         deployment: m
             .pointer("/metadata/labels")
@@ -121,6 +126,7 @@ pub fn view<'a>(m: &'a Value, condition_type: &str) -> MachineView<'a> {
 /// Event reference read: its identity (name, namespace, uid,
 /// resourceVersion, generation, deletionTimestamp, the deployment label,
 /// the pause annotation), `spec.clusterName`, `spec.readinessGates`,
+/// `spec.providerID`,
 /// `spec.bootstrap.configRef`, `status.nodeRef` and the whole of
 /// `status.conditions` (the merge patch replaces the list, so every
 /// writer's conditions must be kept). Applied before the reflector stores a
@@ -147,7 +153,10 @@ pub fn slim(o: &mut DynamicObject) {
             .filter_map(|k| Some(((*k).to_string(), from.get(*k)?.clone())))
             .collect()
     };
-    let mut spec = pick(&o.data["spec"], &["clusterName", "readinessGates"]);
+    let mut spec = pick(
+        &o.data["spec"],
+        &["clusterName", "readinessGates", "providerID"],
+    );
     if let Some(r) = o.data.pointer("/spec/bootstrap/configRef") {
         let r = pick(r, &["apiGroup", "kind", "name"]);
         spec.insert(
@@ -240,6 +249,7 @@ mod tests {
             MachineView {
                 cluster: Some("c1"),
                 node: Some("w1"),
+                provider_id: None,
                 config_ref: Some(ConfigRef {
                     api_group: "bootstrap.cluster.x-k8s.io",
                     kind: "TalosConfig",

@@ -162,6 +162,19 @@ async fn seen(ctx: &Context, ns: &str, v: &MachineView<'_>, cluster_exists: bool
         }
         Lookup::Node(n) => n,
     };
+    // One incarnation: Cluster API matches a Node to its Machine by
+    // providerID. A Node left under a reused name by another machine
+    // carries another one, and its verdict is not this Machine's.
+    let node_provider = n.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+    if let (Some(mine), Some(theirs)) = (v.provider_id, node_provider) {
+        if !theirs.is_empty() && mine != theirs {
+            return NodeSeen::OtherMachine {
+                node: node_name.into(),
+                node_provider: theirs.into(),
+                machine_provider: mine.into(),
+            };
+        }
+    }
     let reading = crate::workload::reading(&n, &ctx.settings.condition_type);
     // The pool is read only when it matters: the Node says True.
     let says_true = reading

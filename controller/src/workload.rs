@@ -138,7 +138,7 @@ fn lock(h: &Mutex<Health>) -> std::sync::MutexGuard<'_, Health> {
 /// A 401, or a TLS failure (the CA or the client certificate rotated).
 /// What the cache keeps of a Node: what the reader
 /// ([`sandbox_readiness::nodestatus::read::read`]) takes — its identity,
-/// the desired-state annotation and its conditions. The rest of a
+/// the desired-state annotation and its conditions — and its providerID. The rest of a
 /// kubelet-written Node (images, volumes, capacity, addresses, nodeInfo,
 /// labels, managed fields) is most of its size and is dropped before the
 /// reflector stores it, so the controller's memory follows the number of
@@ -158,7 +158,15 @@ fn slim(n: &mut Node, condition_type: &str) {
             a.insert(OVERSIZED.into(), len.to_string());
         }
     }
-    n.spec = None;
+    // Only its providerID: the Machine's must match it (one incarnation).
+    n.spec =
+        n.spec
+            .take()
+            .and_then(|s| s.provider_id)
+            .map(|p| k8s_openapi::api::core::v1::NodeSpec {
+                provider_id: Some(clean_capped(&p, 512)),
+                ..Default::default()
+            });
     n.status = n.status.take().map(|s| NodeStatus {
         conditions: s.conditions.map(|cs| {
             cs.into_iter()

@@ -544,3 +544,31 @@ fn a_deleted_cluster_drops_its_workload_client() {
     env.agent_writes("w2", "True", "Converged", &[SYSCTL]);
     env.wait_status("m2", "True", Duration::from_secs(5));
 }
+
+/// One incarnation: a Node left under a reused name by another machine
+/// (another `spec.providerID`) is not the Machine's, whatever it says:
+/// `Unknown` / `NodeOfAnotherMachine`, and its True is never mirrored.
+#[test]
+fn a_node_of_another_machine_under_the_name_is_not_its_verdict() {
+    let env = Env::start();
+    env.deployment("md-a", false, true, 0);
+    env.node("w1");
+    env.machine("md-a", "m1", true, &[SYSCTL], Some("w1"));
+    env.agent_writes("w1", "False", "SysctlMismatch", &[SYSCTL]);
+    let ctl = env.controller(&[]);
+    env.wait_status("m1", "False", Duration::from_secs(30));
+    // The machine is replaced under the same Node name: the old Node goes,
+    // another machine registers the name (kubelet's --provider-id), and
+    // its agent says True.
+    let name = env.node_name("w1");
+    env.wl
+        .kubectl_ok(&["delete", "node", &name, "--wait=true"], None);
+    env.wl
+        .node_with_provider_id(&name, "sandbox-readiness-test://another-machine");
+    env.agent_writes("w1", "True", "Converged", &[SYSCTL]);
+    env.wait_status("m1", "Unknown", Duration::from_secs(30));
+    let c = env.condition("m1").unwrap();
+    assert_eq!(c.1, "NodeOfAnotherMachine", "{c:?}");
+    assert!(c.2.contains("another-machine"), "{c:?}");
+    no_secret_in(&ctl.log());
+}
