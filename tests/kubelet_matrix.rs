@@ -714,6 +714,33 @@ fn the_agent_lives_beside_the_real_kubelet() {
     assert!(pleg.is_empty(), "{pleg:#?}");
     assert!(warnings.is_empty(), "{warnings:#?}");
     assert_eq!(after, before, "the running pod was disturbed");
+
+    // containerd killed under the agent: its verdict says so and no stale
+    // True stays on the Node (the agent polls every 1 s; its CRI calls time
+    // out in 2 s). Tied to the kill: the first condition that is not True.
+    let pid: i32 = std::fs::read_to_string(r.join("pids/containerd.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let killed = Instant::now();
+    // SAFETY: a plain kill(2) of the node's containerd, a child of the test.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    support::cluster::poll(Duration::from_secs(60), "the condition off True", || {
+        ours(&c.get_node(name)).0.as_deref() != Some("True")
+    });
+    let n = c.get_node(name);
+    let cond = n["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|x| x["type"] == ty).cloned())
+        .unwrap();
+    eprintln!(
+        "containerd killed → the Node's condition {}/{} after {:?}: {}",
+        cond["status"],
+        cond["reason"],
+        killed.elapsed(),
+        cond["message"]
+    );
     drop(agent);
     drop(node);
 }
