@@ -527,9 +527,10 @@ async fn serve_retries_a_failed_canary_soon_until_the_runtime_is_mended() {
 /// fails at the agent's start and again at its first retry (15 s later);
 /// once the agent has served that second failure, `restore` mends the node,
 /// and the canary passes at its third run (30 s after the second), leaving
-/// no sandbox behind. The mend follows the agent's own run counter, not a
-/// clock: on a slow machine the second run may come late, and a mend made
-/// before it would pass at run 2. Returns the failed and the passed canary.
+/// no sandbox behind. The mend follows the agent's report of run 2's
+/// result, not a clock: on a slow machine the second run may come late, and
+/// a mend made before it ends would pass at run 2. Returns the failed and
+/// the passed canary.
 async fn fails_until_restored_after_run_2(
     agent: &common::Agent,
     ctd: &Containerd,
@@ -544,18 +545,19 @@ async fn fails_until_restored_after_run_2(
         Duration::from_secs(15),
     )
     .await;
+    // Run 2 has finished when the served canary is no longer run 1's (its
+    // ranAt moved): the run counter counts a run as it starts, so a mend
+    // made when the counter says 2 can still make run 2 pass.
+    let first_ran_at = failed.result.as_ref().and_then(|r| r.ran_at.clone());
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (c, runs) = served_canary(&agent.url(), handler).await;
-        if runs >= 2 {
+        if let Some(r) = c
+            .and_then(|c| c.result)
+            .filter(|r| r.ran_at != first_ran_at)
+        {
             assert_eq!(runs, 2, "{}", agent.log().text());
-            let outcome = c.and_then(|c| c.result).map(|r| r.outcome());
-            assert_eq!(
-                outcome,
-                Some(ProbeOutcome::Failed),
-                "{}",
-                agent.log().text()
-            );
+            assert_eq!(r.outcome(), ProbeOutcome::Failed, "{}", agent.log().text());
             break;
         }
         assert!(
