@@ -548,7 +548,7 @@ async fn fails_until_restored_after_run_2(
     // Run 2 has finished when the served canary is no longer run 1's (its
     // ranAt moved): the run counter counts a run as it starts, so a mend
     // made when the counter says 2 can still make run 2 pass.
-    let first_ran_at = failed.result.as_ref().and_then(|r| r.ran_at.clone());
+    let first_ran_at = failed.result.as_ref().and_then(|r| r.ran_at);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (c, runs) = served_canary(&agent.url(), handler).await;
