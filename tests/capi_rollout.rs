@@ -178,21 +178,8 @@ impl Pool {
     }
 
     fn start_controller_with(&mut self, flags: &[&str]) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join("controller.log"))
-            .unwrap();
-        self.controller = Some(Killed(
-            Command::new(controller_bin())
-                .arg("--kubeconfig")
-                .arg(self.mgmt.admin_kubeconfig())
-                .args(flags)
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .unwrap(),
-        ));
+        let admin = self.mgmt.admin_kubeconfig().to_path_buf();
+        self.start_controller_through(&admin, flags);
     }
 
     /// The controller with `kubeconfig` for the management cluster (a fault
