@@ -12,7 +12,7 @@ use std::{
 
 use kube::{
     api::{ApiResource, DynamicObject},
-    runtime::{events::Recorder, reflector::Store},
+    runtime::{events::Recorder, reflector::ObjectRef, reflector::Store},
     Client, ResourceExt,
 };
 use serde_json::Value;
@@ -56,6 +56,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub gate: Gate,
     pub machine_ar: ApiResource,
+    pub deployment_ar: ApiResource,
+    pub cluster_ar: ApiResource,
     pub machines: Store<DynamicObject>,
     pub deployments: Store<DynamicObject>,
     pub clusters: Store<DynamicObject>,
@@ -76,6 +78,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 pub struct Caches {
     pub machine_ar: ApiResource,
+    pub deployment_ar: ApiResource,
+    pub cluster_ar: ApiResource,
     pub machines: Store<DynamicObject>,
     pub deployments: Store<DynamicObject>,
     pub clusters: Store<DynamicObject>,
@@ -98,6 +102,8 @@ impl Context {
             metrics,
             gate,
             machine_ar: caches.machine_ar,
+            deployment_ar: caches.deployment_ar,
+            cluster_ar: caches.cluster_ar,
             machines: caches.machines,
             deployments: caches.deployments,
             clusters: caches.clusters,
@@ -155,19 +161,17 @@ impl Context {
 
     /// Whether Machine deployment `namespace/name` asks to be mirrored.
     pub fn deployment_mirrored(&self, namespace: &str, name: &str) -> bool {
-        self.deployments.state().iter().any(|d| {
-            d.namespace().as_deref() == Some(namespace)
-                && d.name_any() == name
-                && machine::mirrored(&serde_json::to_value(d.as_ref()).unwrap_or(Value::Null))
-        })
+        // One lookup by key (the reflector's map), not a walk of the cache:
+        // this runs for every Machine on every pass.
+        self.deployments
+            .get(&ObjectRef::new_with(name, self.deployment_ar.clone()).within(namespace))
+            .is_some_and(|d| machine::mirrored_object(&d))
     }
 
-    /// The Cluster `namespace/name` as cached.
+    /// The Cluster `namespace/name` as cached (one lookup by key).
     pub fn cluster(&self, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
         self.clusters
-            .state()
-            .into_iter()
-            .find(|c| c.namespace().as_deref() == Some(namespace) && c.name_any() == name)
+            .get(&ObjectRef::new_with(name, self.cluster_ar.clone()).within(namespace))
     }
 
     /// The gauges of the moment, from the Machine cache.

@@ -199,6 +199,16 @@ pub fn mirrored(md: &Value) -> bool {
         == Some("true")
 }
 
+/// [`mirrored`] of a cached MachineDeployment, read without serialising it.
+pub fn mirrored_object(md: &DynamicObject) -> bool {
+    md.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(MIRROR_ANNOTATION))
+        .map(String::as_str)
+        == Some("true")
+}
+
 /// A Cluster pauses its Machines with `spec.paused: true` only. Cluster
 /// API's `annotations.IsPaused(cluster, o)` is `cluster.Spec.Paused ||
 /// HasPaused(o)`: the pause annotation on the Cluster pauses the Cluster's

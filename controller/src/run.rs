@@ -168,6 +168,8 @@ pub async fn run(
         gate.clone(),
         Caches {
             machine_ar: machine_ar.clone(),
+            deployment_ar: deployment_ar.clone(),
+            cluster_ar: cluster_ar.clone(),
             machines: machines.clone(),
             deployments: deployments.clone(),
             clusters: clusters.clone(),
