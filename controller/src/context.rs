@@ -155,8 +155,45 @@ impl Context {
 
     /// Forgets written copies of Machines no longer cached (deleted).
     pub fn prune(&self) {
-        let present: HashSet<Key> = self.machines.state().iter().map(|m| key(m)).collect();
+        let machines = self.machines.state();
+        let present: HashSet<Key> = machines.iter().map(|m| key(m)).collect();
         lock(&self.written).retain(|k, _| present.contains(k));
+        // Workload connections (their Node watch and cache) and their
+        // metric labels live only while a selected Machine of an existing
+        // Cluster needs them: a Cluster deleted during a relist (which sends
+        // no Delete event) or a pool deselected (a rotated credential would
+        // otherwise be retried for ever) is dropped here.
+        let ty = &self.settings.condition_type;
+        let needed: HashSet<Key> = machines
+            .iter()
+            .filter_map(|m| {
+                let ns = m.namespace()?;
+                let whole = serde_json::to_value(m.as_ref()).ok()?;
+                let v = machine::view(&whole, ty);
+                let cluster = v.cluster?;
+                (machine::selected(&v, |d| self.deployment_mirrored(&ns, d))
+                    && self.cluster(&ns, cluster).is_some())
+                .then(|| (ns.clone(), cluster.to_string()))
+            })
+            .collect();
+        let dropped: Vec<Key> = {
+            let mut w = lock(&self.workloads);
+            let gone: Vec<Key> = w.keys().filter(|k| !needed.contains(*k)).cloned().collect();
+            for k in &gone {
+                w.remove(k);
+            }
+            gone
+        };
+        for k in &dropped {
+            let cluster = format!("{}/{}", k.0, k.1);
+            if self.cluster(&k.0, &k.1).is_none() {
+                tracing::info!(cluster = %cluster, "Cluster deleted; its workload client is dropped");
+            } else {
+                tracing::info!(cluster = %cluster, "no selected Machine needs this workload cluster; its workload client is dropped");
+            }
+        }
+        let labels: HashSet<String> = needed.iter().map(|(n, c)| format!("{n}/{c}")).collect();
+        self.metrics.retain_workload_errors(|c| labels.contains(c));
     }
 
     /// Whether Machine deployment `namespace/name` asks to be mirrored.

@@ -153,6 +153,14 @@ impl Metrics {
         *m.entry(cluster.to_string()).or_default() += 1;
     }
 
+    /// Keeps the per-cluster error counters of the clusters `keep` names.
+    pub fn retain_workload_errors(&self, keep: impl Fn(&str) -> bool) {
+        self.workload_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|c, _| keep(c));
+    }
+
     /// The exposition text.
     pub fn render(&self, version: &str, g: &Gauges) -> String {
         const P: &str = "sandbox_readiness_controller_";
@@ -377,5 +385,30 @@ mod tests {
         assert!(!m.progressing(Duration::from_secs(180)));
         m.alive();
         assert!(m.progressing(Duration::from_secs(180)));
+    }
+
+    #[test]
+    fn workload_error_labels_are_pruned_to_the_clusters_kept() {
+        let m = Metrics::default();
+        m.workload_error("t1/kept");
+        m.workload_error("t1/gone");
+        m.retain_workload_errors(|c| c == "t1/kept");
+        let text = m.render("v", &Gauges::default());
+        assert!(text.contains("cluster=\"t1/kept\""), "{text}");
+        assert!(!text.contains("t1/gone"), "{text}");
+    }
+
+    #[test]
+    fn readyz_names_what_it_waits_for() {
+        let m = Metrics::default();
+        assert_eq!(m.ready(), Err("caches not yet synced".into()));
+        m.set_synced();
+        m.set_desired_waiting(Some("CRD x cannot be read: 503"));
+        assert_eq!(
+            m.ready(),
+            Err("the pools cannot be read yet: CRD x cannot be read: 503".into())
+        );
+        m.set_desired_waiting(None);
+        assert_eq!(m.ready(), Ok(()));
     }
 }
