@@ -82,13 +82,14 @@ fn valid_condition_type(t: &str) -> bool {
     t.len() <= 316 && name_ok && prefix_ok
 }
 
-/// The management cluster's clients: the controller's and the Event
+/// The management cluster's clients: the controller's, the Event
 /// recorder's, each behind its own --kube-qps/--kube-burst bucket (see
-/// `run::run`).
+/// `run::run`), and the Lease's, behind a bucket of its own
+/// ([`qps::LEASE`]): a retry storm of the reconciles never delays a renewal.
 async fn management_client(
     path: Option<&PathBuf>,
     limits: qps::Limits,
-) -> Result<(Client, Client), String> {
+) -> Result<(Client, Client, Client), String> {
     let config = match path {
         Some(p) => {
             let kc = Kubeconfig::read_from(p)
@@ -106,8 +107,12 @@ async fn management_client(
             .map_err(|e| format!("no --kubeconfig and no in-cluster config: {e}"))?,
     };
     let client =
-        |c| qps::client(c, limits).map_err(|e| format!("the management cluster's client: {e}"));
-    Ok((client(config.clone())?, client(config)?))
+        |c, l| qps::client(c, l).map_err(|e| format!("the management cluster's client: {e}"));
+    Ok((
+        client(config.clone(), limits)?,
+        client(config.clone(), limits)?,
+        client(config, qps::LEASE)?,
+    ))
 }
 
 async fn main_async(args: Args) -> ExitCode {
@@ -127,7 +132,7 @@ async fn main_async(args: Args) -> ExitCode {
         return ExitCode::from(2);
     }
     let limits = args.ops.client_limits();
-    let (client, events) = match management_client(args.kubeconfig.as_ref(), limits).await {
+    let (client, events, lease) = match management_client(args.kubeconfig.as_ref(), limits).await {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");
@@ -161,7 +166,7 @@ async fn main_async(args: Args) -> ExitCode {
         limits,
     };
     let metrics = std::sync::Arc::new(Metrics::default());
-    let mut ops = match ops::Ops::start(&client, &args.ops, metrics.clone()).await {
+    let mut ops = match ops::Ops::start(&lease, &args.ops, metrics.clone()).await {
         Ok(o) => o,
         Err(e) => {
             eprintln!("{e}");

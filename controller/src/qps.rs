@@ -27,6 +27,11 @@ pub struct Limits {
     pub burst: u32,
 }
 
+/// The Lease client's own bucket: an elector makes one request per retry
+/// period (2 s) and one on release; 5/s with a burst of 5 never throttles
+/// it, and it shares nothing with the reconciles' --kube-qps.
+pub const LEASE: Limits = Limits { qps: 5.0, burst: 5 };
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {
