@@ -70,6 +70,8 @@ pub struct Context {
     /// returned): until the watch delivers the write, the cache's copy is
     /// older than what the controller knows and must not be planned on.
     written: Mutex<HashMap<Key, (String, DynamicObject)>>,
+    /// Failed reconciles in a row, per Machine: the retry's backoff.
+    failures: Mutex<HashMap<Key, u32>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -112,6 +114,7 @@ impl Context {
             started: SystemTime::now(),
             workloads: Mutex::new(HashMap::new()),
             written: Mutex::new(HashMap::new()),
+            failures: Mutex::new(HashMap::new()),
         }
     }
 
@@ -122,6 +125,20 @@ impl Context {
             .entry((namespace.to_string(), cluster.to_string()))
             .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(Workload::new(namespace, cluster))))
             .clone()
+    }
+
+    /// Counts a Machine's failed reconciles in a row (`failed`), or resets
+    /// the count after one that succeeded; the count after.
+    pub fn failed(&self, k: &Key, failed: bool) -> u32 {
+        let mut f = lock(&self.failures);
+        if failed {
+            let n = f.entry(k.clone()).or_default();
+            *n = n.saturating_add(1);
+            *n
+        } else {
+            f.remove(k);
+            0
+        }
     }
 
     /// Drops the connection of a deleted Cluster.
@@ -158,6 +175,7 @@ impl Context {
         let machines = self.machines.state();
         let present: HashSet<Key> = machines.iter().map(|m| key(m)).collect();
         lock(&self.written).retain(|k, _| present.contains(k));
+        lock(&self.failures).retain(|k, _| present.contains(k));
         // Workload connections (their Node watch and cache) and their
         // metric labels live only while a selected Machine of an existing
         // Cluster needs them: a Cluster deleted during a relist (which sends

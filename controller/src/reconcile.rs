@@ -38,8 +38,18 @@ pub const FIELD_MANAGER: &str = "sandbox-readiness-controller";
 /// How many 409s in a row one reconcile survives before it is retried.
 const MAX_CONFLICTS: usize = 5;
 
-/// A failed reconcile is tried again after this.
+/// A failed reconcile is tried again after this, doubled for each failure
+/// of the same Machine in a row up to [`RETRY_MAX`] (controller-runtime's
+/// per-item backoff, with a lower cap: a gate is a rollout waiting).
 const RETRY: Duration = Duration::from_secs(5);
+const RETRY_MAX: Duration = Duration::from_secs(300);
+
+/// The delay before retry `failures` (1 for the first failure) of one
+/// Machine. Pure.
+pub fn retry_after(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    RETRY.saturating_mul(1 << doublings).min(RETRY_MAX)
+}
 
 fn conditions(whole: &Value) -> Vec<Value> {
     whole
@@ -53,12 +63,17 @@ pub async fn reconcile(m: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Actio
     let started = Instant::now();
     let r = reconcile_machine(&m, &ctx).await;
     ctx.metrics.reconciled(started.elapsed(), r.is_ok());
+    if r.is_ok() {
+        ctx.failed(&key(&m), false);
+    }
     r
 }
 
-pub fn error_policy(m: Arc<DynamicObject>, e: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(machine = %format!("{}/{}", m.namespace().unwrap_or_default(), m.name_any()), error = %e, "retrying");
-    Action::requeue(RETRY)
+pub fn error_policy(m: Arc<DynamicObject>, e: &Error, ctx: Arc<Context>) -> Action {
+    let failures = ctx.failed(&key(&m), true);
+    let after = retry_after(failures);
+    tracing::warn!(machine = %format!("{}/{}", m.namespace().unwrap_or_default(), m.name_any()), error = %e, failures, retry_in = %humantime::format_duration(after), "retrying");
+    Action::requeue(after)
 }
 
 async fn reconcile_machine(cached: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
@@ -289,5 +304,18 @@ async fn event(ctx: &Context, m: &DynamicObject, ty: &str, reason: &str, note: &
         Err(e) => {
             tracing::warn!(machine = %m.name_any(), error = %e, "recording an Event failed")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_machine_that_keeps_failing_backs_off_to_five_minutes() {
+        let got: Vec<u64> = (1..=9).map(|n| retry_after(n).as_secs()).collect();
+        assert_eq!(got, [5, 10, 20, 40, 80, 160, 300, 300, 300]);
+        assert_eq!(retry_after(u32::MAX), RETRY_MAX);
+        assert_eq!(retry_after(0), RETRY);
     }
 }
