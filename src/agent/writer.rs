@@ -232,6 +232,9 @@ struct Writer {
     client: Client,
     name: Option<String>,
     node: Option<NodeView>,
+    /// The Node as held before a resync's read: kept if the read (from the
+    /// API server's cache) turns out older.
+    known: Option<NodeView>,
     /// The verdict last computed, complete or a change since.
     verdict: Option<(Arc<Report>, Verdict)>,
     /// What the Node was last made to say.
@@ -264,6 +267,7 @@ pub async fn run(
         client,
         name: None,
         node: None,
+        known: None,
         verdict: None,
         written: None,
         last_status_write: None,
@@ -359,7 +363,9 @@ impl Writer {
                     self.last_status_write = Some(Instant::now());
                 }
                 () = tokio::time::sleep_until(resync_due) => {
-                    self.node = None;
+                    // Read it again; what we hold stays for comparison (a
+                    // cached read may not have caught up with our write).
+                    self.known = self.node.take();
                     self.last_get = None;
                 }
                 () = tokio::time::sleep_until(next_attempt), if pending => {}
@@ -491,7 +497,10 @@ impl Writer {
             None => {
                 let n = self.client.get_node(&name).await?;
                 self.last_get = Some(Instant::now());
-                n
+                match self.known.take() {
+                    Some(k) if crate::kube::client::older(&n, &k) => k,
+                    _ => n,
+                }
             }
         };
         self.see(node);

@@ -93,6 +93,9 @@ impl KubeError {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeView {
     pub uid: String,
+    /// `metadata.resourceVersion`: tells a read served from the API
+    /// server's watch cache that lags behind what a write returned.
+    pub resource_version: String,
     pub labels: std::collections::BTreeMap<String, String>,
     pub annotations: std::collections::BTreeMap<String, String>,
     pub conditions: Vec<NodeCondition>,
@@ -109,9 +112,12 @@ struct RawNode {
 }
 
 #[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
 struct RawMeta {
     #[serde(default)]
     uid: String,
+    #[serde(default)]
+    resource_version: String,
     #[serde(default)]
     labels: Option<std::collections::BTreeMap<String, String>>,
     #[serde(default)]
@@ -134,6 +140,18 @@ struct RawInfo {
     boot_id: String,
 }
 
+/// Whether `read` is older than `known`, the same Node as a write
+/// returned it: a cached read that has not caught up with the write yet.
+/// resourceVersions are opaque to clients by contract, but etcd's are
+/// increasing integers; anything else is never called older. Pure.
+pub fn older(read: &NodeView, known: &NodeView) -> bool {
+    read.uid == known.uid
+        && matches!(
+            (read.resource_version.parse::<u64>(), known.resource_version.parse::<u64>()),
+            (Ok(r), Ok(k)) if r < k
+        )
+}
+
 /// Parses the parts of a Node the agent uses (pure).
 pub fn parse_node(body: &[u8]) -> Result<NodeView, KubeError> {
     let raw: RawNode =
@@ -143,6 +161,7 @@ pub fn parse_node(body: &[u8]) -> Result<NodeView, KubeError> {
     }
     Ok(NodeView {
         uid: raw.metadata.uid,
+        resource_version: raw.metadata.resource_version,
         labels: raw.metadata.labels.unwrap_or_default(),
         annotations: raw.metadata.annotations.unwrap_or_default(),
         conditions: raw.status.conditions.unwrap_or_default(),
@@ -210,11 +229,16 @@ impl Client {
             .ok_or(CredError::Missing(self.path.clone()))
     }
 
+    /// The Node, from the API server's watch cache (`resourceVersion=0`),
+    /// as kubelet reads its own: a quorum read from etcd on every resync of
+    /// every node is what kubelet avoids at scale. The cache may lag a
+    /// moment behind a write; the writer keeps the newer of the two
+    /// ([`older`]).
     pub async fn get_node(&mut self, name: &str) -> Result<NodeView, KubeError> {
         let body = self
             .send(
                 Method::GET,
-                &format!("/api/v1/nodes/{name}"),
+                &format!("/api/v1/nodes/{name}?resourceVersion=0"),
                 None,
                 Vec::new(),
             )
@@ -369,6 +393,25 @@ async fn once(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_cached_read_behind_a_write_is_older() {
+        let node = |uid: &str, rv: &str| NodeView {
+            uid: uid.into(),
+            resource_version: rv.into(),
+            ..NodeView::default()
+        };
+        assert!(older(&node("u", "99"), &node("u", "100")));
+        assert!(!older(&node("u", "100"), &node("u", "100")));
+        assert!(!older(&node("u", "101"), &node("u", "100")));
+        // Another Node (re-registered), or versions that are no integers:
+        // never called older.
+        assert!(!older(&node("v", "1"), &node("u", "100")));
+        assert!(!older(&node("u", "a"), &node("u", "100")));
+        let parsed = parse_node(br#"{"metadata":{"uid":"u","resourceVersion":"42"}}"#).unwrap();
+        assert_eq!(parsed.resource_version, "42");
+    }
+
     use super::*;
 
     #[test]
