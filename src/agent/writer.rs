@@ -62,6 +62,18 @@ pub struct WriterConfig {
     /// The `sandbox-readiness.io/desired` annotation's value (the
     /// desired-state library's JSON); `None`: not written.
     pub desired_annotation: Option<String>,
+    /// A verdict whose observation is older than this is not written (nor
+    /// re-asserted by a heartbeat): `Unknown` / `ObservationStale` instead.
+    pub max_observation_age: Duration,
+}
+
+/// How old the report's observation is at `now` (`None`: no time in it).
+/// Pure.
+pub fn observation_age(report: &Report, now: SystemTime) -> Option<Duration> {
+    let t = report.observed_at.as_ref()?;
+    let at = SystemTime::UNIX_EPOCH
+        + Duration::new(u64::try_from(t.seconds).ok()?, u32::try_from(t.nanos).ok()?);
+    Some(now.duration_since(at).unwrap_or_default())
 }
 
 /// Why the writer cannot start.
@@ -416,6 +428,20 @@ impl Writer {
             Some((r, v)) => (Some(r.as_ref()), Some(v)),
             None => (None, None),
         };
+        let stale = report
+            .and_then(|r| observation_age(r, SystemTime::now()))
+            .is_some_and(|age| age > self.cfg.max_observation_age);
+        if stale {
+            let l = if self.cfg.handler_labels {
+                labels::wanted(report, None, &self.defaults)
+            } else {
+                BTreeMap::new()
+            };
+            return (
+                condition::observation_stale(self.cfg.max_observation_age),
+                l,
+            );
+        }
         let c = condition::from_verdict(verdict);
         let l = if self.cfg.handler_labels {
             labels::wanted(report, verdict, &self.defaults)
@@ -654,7 +680,34 @@ mod tests {
             request_timeout: Duration::from_secs(10),
             resync: Duration::from_secs(10),
             desired_annotation: None,
+            max_observation_age: Duration::from_secs(120),
         }
+    }
+
+    #[test]
+    fn an_old_observation_is_not_reasserted() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let at = |secs: i64| Report {
+            observed_at: Some(pbjson_types::Timestamp {
+                seconds: secs,
+                nanos: 0,
+            }),
+            ..Report::default()
+        };
+        assert_eq!(
+            observation_age(&at(1_000_000 - 30), now),
+            Some(Duration::from_secs(30))
+        );
+        // A clock that went back: age 0, never negative.
+        assert_eq!(
+            observation_age(&at(1_000_000 + 5), now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(observation_age(&Report::default(), now), None);
+        let w = condition::observation_stale(Duration::from_secs(120));
+        assert_eq!(w.status, crate::nodestatus::condition::Status::Unknown);
+        assert_eq!(w.reason, "ObservationStale");
+        assert!(w.message.contains("older than 2m"), "{}", w.message);
     }
 
     #[test]

@@ -208,6 +208,9 @@ impl ServeArgs {
                 request_timeout: self.node_request_timeout,
                 resync: self.node_resync,
                 desired_annotation: None,
+                // Three polls' time, and never less than two minutes (a
+                // slow observation, CRI deadlines and a canary fit in it).
+                max_observation_age: (self.poll_interval * 3).max(Duration::from_secs(120)),
             }),
         }
     }

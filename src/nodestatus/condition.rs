@@ -21,6 +21,23 @@ pub const MAX_MESSAGE_CHARS: usize = 1024;
 pub const REASON_CONVERGED: &str = "Converged";
 /// Reason of `Unknown` before the first complete verdict.
 pub const REASON_NO_VERDICT: &str = "NoVerdictYet";
+/// Reason of `Unknown` when the verdict's observation is older than the
+/// writer's limit: a heartbeat proves the writer alive, not the observer.
+pub const REASON_OBSERVATION_STALE: &str = "ObservationStale";
+
+/// The condition when the last observation is older than `limit`: the
+/// verdict made on it is not re-asserted. No age in the message (it would
+/// be a new write every heartbeat).
+pub fn observation_stale(limit: std::time::Duration) -> Wanted {
+    Wanted {
+        status: Status::Unknown,
+        reason: REASON_OBSERVATION_STALE.into(),
+        message: format!(
+            "the agent's last observation of this node is older than {}: its observer is stuck, and the verdict made on it is not re-asserted",
+            humantime::format_duration(limit)
+        ),
+    }
+}
 
 /// Finding codes that say the agent could not tell, not that the node is
 /// wrong: the condition is `Unknown` when every blocking finding is one of
