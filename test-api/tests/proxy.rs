@@ -352,9 +352,12 @@ fn the_record_window_is_by_arrival() {
     }
     let mark = p.clear_requests();
     assert_eq!(mark, before + 1);
+    // Not settled while that request waits; settled once it is answered.
+    assert!(!p.settled_before(mark, Duration::from_millis(50)));
     p.faults().clear();
     let late = in_flight.join().unwrap().unwrap();
     assert_eq!(late.status, 200, "answered after the clear");
+    assert!(p.settled_before(mark, T));
     assert!(p.requests().is_empty(), "{:?}", p.requests());
     let now = request(port, &tls, "GET", &path, &[], None, T).unwrap();
     assert_eq!(now.status, 200);

@@ -123,6 +123,8 @@ pub(crate) struct Inner {
     log: Mutex<Vec<RequestRecord>>,
     /// The next arrival number ([`RequestRecord::arrival`]).
     arrivals: std::sync::atomic::AtomicU64,
+    /// Arrival numbers of the requests not answered yet.
+    pending: Mutex<std::collections::BTreeSet<u64>>,
     /// Requests that arrived before this number are out of the reader's
     /// window ([`FaultProxy::clear_requests`]).
     window: std::sync::atomic::AtomicU64,
@@ -181,6 +183,24 @@ impl Inner {
 
     fn record(&self, r: RequestRecord) {
         guard(&self.log).push(r);
+    }
+}
+
+/// A request the proxy has not answered yet, by its arrival number: in
+/// `Inner::pending` from the handler's start to its end (the answer's head,
+/// scripted or the server's, or a reset).
+struct Pending(Arc<Inner>, u64);
+
+impl Pending {
+    fn new(inner: &Arc<Inner>, arrival: u64) -> Pending {
+        guard(&inner.pending).insert(arrival);
+        Pending(Arc::clone(inner), arrival)
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        guard(&self.0.pending).remove(&self.1);
     }
 }
 
@@ -459,6 +479,7 @@ async fn handle(
     // First, before any await: the arrival number orders this request
     // against clear_requests() marks.
     let arrival = inner.arrivals.fetch_add(1, Ordering::SeqCst);
+    let _pending = Pending::new(&inner, arrival);
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
@@ -747,6 +768,7 @@ impl FaultProxy {
             faults: Arc::new(FaultState::default()),
             log: Mutex::new(Vec::new()),
             arrivals: std::sync::atomic::AtomicU64::new(0),
+            pending: Mutex::new(std::collections::BTreeSet::new()),
             window: std::sync::atomic::AtomicU64::new(0),
             accept: Mutex::new(None),
             conn_gen: watch::channel((0, false)).0,
@@ -896,6 +918,24 @@ impl FaultProxy {
     /// to move, not for a time.
     pub fn arrived(&self) -> u64 {
         self.inner.arrivals.load(Ordering::SeqCst)
+    }
+
+    /// Returns once every request that arrived before `mark` (a
+    /// [`clear_requests`](Self::clear_requests) mark) has been answered, or
+    /// after `within` (false). Then nothing admitted before the mark can
+    /// still reach the server: a time mark taken after this (an audit mark)
+    /// separates the two windows on the server's side too.
+    pub fn settled_before(&self, mark: u64, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        loop {
+            if guard(&self.inner.pending).range(..mark).next().is_none() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Connections open through the proxy now.
