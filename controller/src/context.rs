@@ -170,7 +170,9 @@ impl Context {
         lock(&self.written).insert(k, (replaced_rv, after));
     }
 
-    /// Forgets written copies of Machines no longer cached (deleted).
+    /// Forgets what belongs to Machines no longer cached (their written
+    /// copies, their failure counts) and the workload clients no selected
+    /// Machine needs. On the resync tick.
     pub fn prune(&self) {
         let machines = self.machines.state();
         let present: HashSet<Key> = machines.iter().map(|m| key(m)).collect();
@@ -220,7 +222,7 @@ impl Context {
         // this runs for every Machine on every pass.
         self.deployments
             .get(&ObjectRef::new_with(name, self.deployment_ar.clone()).within(namespace))
-            .is_some_and(|d| machine::mirrored_object(&d))
+            .is_some_and(|d| machine::mirrored(&d))
     }
 
     /// The Cluster `namespace/name` as cached (one lookup by key).
@@ -236,7 +238,7 @@ impl Context {
             .deployments
             .state()
             .iter()
-            .filter(|d| machine::mirrored(&serde_json::to_value(d.as_ref()).unwrap_or(Value::Null)))
+            .filter(|d| machine::mirrored(d))
             .map(|d| key(d))
             .collect();
         let paused_clusters: HashSet<Key> = self

@@ -192,15 +192,7 @@ pub fn slim_owner(o: &mut DynamicObject) {
 }
 
 /// A MachineDeployment asks to be mirrored (`sandbox-readiness.io/mirror: "true"`).
-pub fn mirrored(md: &Value) -> bool {
-    md.pointer("/metadata/annotations")
-        .and_then(|a| a.get(MIRROR_ANNOTATION))
-        .and_then(Value::as_str)
-        == Some("true")
-}
-
-/// [`mirrored`] of a cached MachineDeployment, read without serialising it.
-pub fn mirrored_object(md: &DynamicObject) -> bool {
+pub fn mirrored(md: &DynamicObject) -> bool {
     md.metadata
         .annotations
         .as_ref()
@@ -361,12 +353,17 @@ mod tests {
 
     #[test]
     fn mirror_annotation() {
-        assert!(mirrored(
-            &json!({"metadata":{"annotations":{MIRROR_ANNOTATION:"true"}}})
-        ));
-        assert!(!mirrored(
-            &json!({"metadata":{"annotations":{MIRROR_ANNOTATION:"yes"}}})
-        ));
-        assert!(!mirrored(&json!({"metadata":{}})));
+        let md = |meta: Value| -> DynamicObject {
+            serde_json::from_value(json!({"apiVersion": "cluster.x-k8s.io/v1beta2",
+                "kind": "MachineDeployment", "metadata": meta}))
+            .unwrap()
+        };
+        assert!(mirrored(&md(
+            json!({"name": "a", "annotations":{MIRROR_ANNOTATION:"true"}})
+        )));
+        assert!(!mirrored(&md(
+            json!({"name": "a", "annotations":{MIRROR_ANNOTATION:"yes"}})
+        )));
+        assert!(!mirrored(&md(json!({"name": "a"}))));
     }
 }
