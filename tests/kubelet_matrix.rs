@@ -129,6 +129,25 @@ impl Drop for Node {
     }
 }
 
+/// The test's namespace, once pods can use it: a projected token needs its
+/// ServiceAccount and the cluster's root CA ConfigMap (kube-controller-manager
+/// makes both).
+fn pods_namespace(c: &RealCluster) {
+    c.kubectl_ok(&["create", "namespace", NS], None);
+    support::cluster::poll(
+        Duration::from_secs(30),
+        "the namespace's ServiceAccount and kube-root-ca.crt",
+        || {
+            c.get(&format!("/api/v1/namespaces/{NS}/serviceaccounts/default"))
+                .is_some()
+                && c.get(&format!(
+                    "/api/v1/namespaces/{NS}/configmaps/kube-root-ca.crt"
+                ))
+                .is_some()
+        },
+    );
+}
+
 /// Pod `name` on `node` (spec.nodeName: no scheduler), as the a/b/c.
 fn pod_yaml(name: &str, node: &str, host_users: bool, class: Option<&str>) -> String {
     let class = class
@@ -246,24 +265,10 @@ struct Row {
 #[test]
 fn every_verdict_matches_what_the_real_kubelet_does() {
     let c = RealCluster::private();
-    c.kubectl_ok(&["create", "namespace", NS], None);
+    pods_namespace(&c);
     c.kubectl_ok(
         &["apply", "-f", "-"],
         Some("apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: gvisor}\nhandler: runsc\n"),
-    );
-    // The projected token needs the namespace's ServiceAccount and the
-    // cluster's root CA ConfigMap (kube-controller-manager makes both).
-    support::cluster::poll(
-        Duration::from_secs(30),
-        "the namespace's ServiceAccount and kube-root-ca.crt",
-        || {
-            c.get(&format!("/api/v1/namespaces/{NS}/serviceaccounts/default"))
-                .is_some()
-                && c.get(&format!(
-                    "/api/v1/namespaces/{NS}/configmaps/kube-root-ca.crt"
-                ))
-                .is_some()
-        },
     );
     // (state, kubelet-node.sh options)
     let states: [(&str, &[&str]); 8] = [
@@ -485,19 +490,7 @@ fn the_agent_lives_beside_the_real_kubelet() {
     #[allow(non_snake_case)]
     let COEXIST = Duration::from_secs(coexist_secs);
     let c = RealCluster::private();
-    c.kubectl_ok(&["create", "namespace", NS], None);
-    support::cluster::poll(
-        Duration::from_secs(30),
-        "the namespace's ServiceAccount and kube-root-ca.crt",
-        || {
-            c.get(&format!("/api/v1/namespaces/{NS}/serviceaccounts/default"))
-                .is_some()
-                && c.get(&format!(
-                    "/api/v1/namespaces/{NS}/configmaps/kube-root-ca.crt"
-                ))
-                .is_some()
-        },
-    );
+    pods_namespace(&c);
     let name = "co0";
     let node = Node::up(&c, name, &["--status-every", "2s"]);
     c.kubectl_ok(
