@@ -19,7 +19,7 @@ use tonic::Code;
 
 use sandbox_readiness::proto::v1::{
     readiness_service_client::ReadinessServiceClient, Canary, CheckRequest, DesiredState,
-    GetReportRequest, ProbeOutcome,
+    ProbeOutcome,
 };
 use support::containerd::{
     canary_sandboxes as labelled_sandboxes, import_pause, import_pause_archive, pause_archive,
@@ -395,22 +395,6 @@ async fn serve_runs_the_stand_in_canary_only_when_allowed() {
     assert!(labelled_sandboxes(&ctd).await.unwrap().is_empty());
 }
 
-/// `handler`'s canary and the canary count in the agent's latest report
-/// (GetReport without refresh: what any caller sees now).
-async fn served_canary(url: &str, handler: &str) -> (Option<Canary>, u64) {
-    let mut client = ReadinessServiceClient::new(common::connect(url).await);
-    let report = client
-        .get_report(GetReportRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .report
-        .unwrap();
-    let runs = report.agent.as_ref().map_or(0, |a| a.canaries);
-    let c = report.canaries.into_iter().find(|c| c.handler == handler);
-    (c, runs)
-}
-
 /// Polls the agent every 100 ms until `handler`'s canary has `outcome`;
 /// how long that took, and the canary.
 async fn until_served(
@@ -421,7 +405,7 @@ async fn until_served(
 ) -> (Duration, Canary) {
     let from = Instant::now();
     loop {
-        let (c, _) = served_canary(&agent.url(), handler).await;
+        let (c, _) = common::served_canary(&agent.url(), handler).await;
         if let Some(c) = c.filter(|c| c.result.as_ref().map(|r| r.outcome()) == Some(outcome)) {
             return (from.elapsed(), c);
         }
@@ -488,7 +472,7 @@ async fn serve_runs_the_canary_as_soon_as_the_sandbox_image_arrives() {
     assert_eq!(passed.image, PAUSE);
     // The image store was asked, not the canary rerun: one run without the
     // image, one with it.
-    let (_, runs) = served_canary(&agent.url(), "runc").await;
+    let (_, runs) = common::served_canary(&agent.url(), "runc").await;
     assert_eq!(runs, 2, "{}", agent.log().text());
     assert!(agent
         .log()
@@ -551,7 +535,7 @@ async fn fails_until_restored_after_run_2(
     let first_ran_at = failed.result.as_ref().and_then(|r| r.ran_at);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let (c, runs) = served_canary(&agent.url(), handler).await;
+        let (c, runs) = common::served_canary(&agent.url(), handler).await;
         if let Some(r) = c
             .and_then(|c| c.result)
             .filter(|r| r.ran_at != first_ran_at)
@@ -580,7 +564,7 @@ async fn fails_until_restored_after_run_2(
         "{handler} restored {:.1?} after the agent listened; the canary passed {took:.1?} after that",
         restored - started
     );
-    let (_, runs) = served_canary(&agent.url(), handler).await;
+    let (_, runs) = common::served_canary(&agent.url(), handler).await;
     assert_eq!(runs, 3, "{}", agent.log().text());
     assert!(labelled_sandboxes(ctd).await.unwrap().is_empty());
     (failed, passed)

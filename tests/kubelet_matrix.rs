@@ -40,9 +40,7 @@ use std::{
 };
 
 use common::BIN;
-use sandbox_readiness::proto::v1::{
-    readiness_service_client::ReadinessServiceClient, GetReportRequest, ProbeOutcome,
-};
+use sandbox_readiness::proto::v1::ProbeOutcome;
 use serde_json::Value;
 use support::cluster::RealCluster;
 
@@ -452,23 +450,8 @@ fn canary_runs(agent: &common::Agent) -> (u64, Option<ProbeOutcome>) {
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(async {
-        let mut client = ReadinessServiceClient::new(common::connect(&agent.url()).await);
-        let report = client
-            .get_report(GetReportRequest::default())
-            .await
-            .unwrap()
-            .into_inner()
-            .report
-            .unwrap();
-        let outcome = report
-            .canaries
-            .iter()
-            .find(|c| c.handler == "default")
-            .and_then(|c| c.result.as_ref())
-            .map(|r| r.outcome());
-        (report.agent.map_or(0, |a| a.canaries), outcome)
-    })
+    let (c, runs) = rt.block_on(common::served_canary(&agent.url(), "default"));
+    (runs, c.and_then(|c| c.result).map(|r| r.outcome()))
 }
 
 /// The agent beside a real kubelet that posts its status every 2 s, for

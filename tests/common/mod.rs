@@ -543,6 +543,28 @@ pub fn pct(v: &[Duration], p: f64) -> Duration {
     s[rank - 1]
 }
 
+/// `handler`'s canary and the canary count in the agent's latest report
+/// (GetReport without refresh: what any caller sees now).
+pub async fn served_canary(
+    url: &str,
+    handler: &str,
+) -> (Option<sandbox_readiness::proto::v1::Canary>, u64) {
+    use sandbox_readiness::proto::v1::{
+        readiness_service_client::ReadinessServiceClient, GetReportRequest,
+    };
+    let mut client = ReadinessServiceClient::new(connect(url).await);
+    let report = client
+        .get_report(GetReportRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .report
+        .unwrap();
+    let runs = report.agent.as_ref().map_or(0, |a| a.canaries);
+    let c = report.canaries.into_iter().find(|c| c.handler == handler);
+    (c, runs)
+}
+
 /// A gRPC channel to `url`.
 pub async fn connect(url: &str) -> tonic::transport::Channel {
     tonic::transport::Endpoint::from_shared(url.to_string())
