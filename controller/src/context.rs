@@ -72,6 +72,8 @@ pub struct Context {
     written: Mutex<HashMap<Key, (String, DynamicObject)>>,
     /// Failed reconciles in a row, per Machine: the retry's backoff.
     failures: Mutex<HashMap<Key, u32>>,
+    /// The pod proofs running or recently settled, per Machine.
+    pub proofs: crate::proof::Proofs,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -115,6 +117,7 @@ impl Context {
             workloads: Mutex::new(HashMap::new()),
             written: Mutex::new(HashMap::new()),
             failures: Mutex::new(HashMap::new()),
+            proofs: crate::proof::Proofs::default(),
         }
     }
 
@@ -178,6 +181,7 @@ impl Context {
         let present: HashSet<Key> = machines.iter().map(|m| key(m)).collect();
         lock(&self.written).retain(|k, _| present.contains(k));
         lock(&self.failures).retain(|k, _| present.contains(k));
+        self.proofs.retain(|k| present.contains(k));
         // Workload connections (their Node watch and cache) and their
         // metric labels live only while a selected Machine of an existing
         // Cluster needs them: a Cluster deleted during a relist (which sends
@@ -214,6 +218,27 @@ impl Context {
         }
         let labels: HashSet<String> = needed.iter().map(|(n, c)| format!("{n}/{c}")).collect();
         self.metrics.retain_workload_errors(|c| labels.contains(c));
+    }
+
+    /// The MachineDeployment `namespace/name` as cached (one lookup by key).
+    pub fn deployment(&self, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
+        self.deployments
+            .get(&ObjectRef::new_with(name, self.deployment_ar.clone()).within(namespace))
+    }
+
+    /// The clients of the workload clusters connected now.
+    pub async fn workload_clients(&self) -> Vec<(Key, Client)> {
+        let all: Vec<(Key, Arc<tokio::sync::Mutex<Workload>>)> = lock(&self.workloads)
+            .iter()
+            .map(|(k, w)| (k.clone(), w.clone()))
+            .collect();
+        let mut out = Vec::new();
+        for (k, w) in all {
+            if let Some(c) = w.lock().await.client() {
+                out.push((k, c));
+            }
+        }
+        out
     }
 
     /// Whether Machine deployment `namespace/name` asks to be mirrored.

@@ -13,7 +13,8 @@
 //! (which workload kubeconfigs are accepted), [`discovery`] (Cluster API ≥
 //! 1.11), [`machine`] (which Machines, their fields, pausing), [`node`]
 //! (what a Node says). I/O: [`workload`] (one connection per workload
-//! cluster), [`desired`] (the pool's sysctls from CABPT's templates, no
+//! cluster), [`proof`] (a real pod on each new node, where a pool asks),
+//! [`desired`] (the pool's sysctls from CABPT's templates, no
 //! Secret), [`leader`], [`http`] and [`metrics`] (the component), [`qps`]
 //! (the client-side limit).
 
@@ -30,6 +31,7 @@ pub mod metrics;
 pub mod node;
 pub mod ops;
 pub mod patch;
+pub mod proof;
 pub mod qps;
 pub mod reconcile;
 pub mod run;

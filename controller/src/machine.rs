@@ -174,7 +174,7 @@ pub fn slim(o: &mut DynamicObject) {
 }
 
 /// Keeps of a MachineDeployment or a Cluster what the controller reads:
-/// its identity, the mirror and pause annotations and `spec.paused`.
+/// its identity, the mirror, pause and proof annotations and `spec.paused`.
 pub fn slim_owner(o: &mut DynamicObject) {
     let md = &mut o.metadata;
     md.managed_fields = None;
@@ -182,7 +182,12 @@ pub fn slim_owner(o: &mut DynamicObject) {
     md.finalizers = None;
     md.labels = None;
     if let Some(a) = md.annotations.as_mut() {
-        a.retain(|k, _| k == PAUSED_ANNOTATION || k == MIRROR_ANNOTATION);
+        a.retain(|k, _| {
+            k == PAUSED_ANNOTATION
+                || k == MIRROR_ANNOTATION
+                || k == crate::proof::request::PROVE_ANNOTATION
+                || k == crate::proof::request::IMAGE_ANNOTATION
+        });
     }
     let paused = o.data.pointer("/spec/paused").cloned();
     o.data = match paused {

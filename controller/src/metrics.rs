@@ -57,6 +57,11 @@ pub struct Metrics {
     progress: AtomicU64,
     workload_errors: Mutex<BTreeMap<String, u64>>,
     reconcile_time: DurationHistogram,
+    /// Pod proofs ended, by outcome (proven, failed, unknown).
+    proofs: Mutex<BTreeMap<&'static str, u64>>,
+    proof_time: DurationHistogram,
+    /// Writes in workload clusters for the proof, by verb (create, delete).
+    proof_writes: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 fn unix_now() -> u64 {
@@ -162,6 +167,27 @@ impl Metrics {
     }
 
     /// The exposition text.
+    /// A pod proof ended with `outcome` after `took`.
+    pub fn proof_done(&self, outcome: &'static str, took: Duration) {
+        *self
+            .proofs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(outcome)
+            .or_default() += 1;
+        self.proof_time.observe(took);
+    }
+
+    /// A write in a workload cluster for the proof (`create`, `delete`).
+    pub fn proof_write(&self, verb: &'static str) {
+        *self
+            .proof_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(verb)
+            .or_default() += 1;
+    }
+
     pub fn render(&self, version: &str, g: &Gauges) -> String {
         const P: &str = "sandbox_readiness_controller_";
         let n = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
@@ -266,6 +292,48 @@ impl Metrics {
                 *v as f64,
             );
         }
+        e.family(
+            &name("proofs_total"),
+            Kind::Counter,
+            "Pod proofs ended, by outcome: proven (every pod ran), failed (kubelet could not run one), unknown (the controller could not tell).",
+        );
+        for outcome in ["proven", "failed", "unknown"] {
+            let v = self
+                .proofs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(outcome)
+                .copied()
+                .unwrap_or_default();
+            e.sample(&name("proofs_total"), &[("outcome", outcome)], v as f64);
+        }
+        e.family(
+            &name("proof_workload_writes_total"),
+            Kind::Counter,
+            "Writes in workload clusters for the pod proof, by verb (create: the namespace and pods; delete: pods).",
+        );
+        for verb in ["create", "delete"] {
+            let v = self
+                .proof_writes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(verb)
+                .copied()
+                .unwrap_or_default();
+            e.sample(
+                &name("proof_workload_writes_total"),
+                &[("verb", verb)],
+                v as f64,
+            );
+        }
+        let p = self.proof_time.snapshot();
+        e.histogram(
+            &name("proof_duration_seconds"),
+            "Time from a proof's start to its result (its pods' creation, start and kubelet's answer).",
+            &p.buckets,
+            p.sum_seconds,
+            p.count,
+        );
         let h = self.reconcile_time.snapshot();
         e.histogram(
             &name("reconcile_duration_seconds"),

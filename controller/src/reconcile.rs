@@ -26,7 +26,7 @@ use crate::{
     context::{key, Context, Key},
     error::Error,
     machine::{self, MachineView},
-    patch,
+    patch, proof,
     qps::timed,
     workload::Lookup,
 };
@@ -114,7 +114,12 @@ async fn reconcile_machine(cached: &DynamicObject, ctx: &Context) -> Result<Acti
     let seen = seen(ctx, &k.0, &v, cluster.is_some()).await;
     let now = SystemTime::now();
     let stale_after = ctx.settings.stale_after;
-    match condition::decide(&seen, old.is_some(), now, stale_after) {
+    let decided = condition::decide(&seen, old.is_some(), now, stale_after);
+    // The pod proof, where the pool asks for one, holds a True until a
+    // real pod ran on the node (crate::proof); every other decision passes.
+    let (decided, prove_again) =
+        proof::gate(ctx, &k, &current, &v, &seen, old.as_ref(), decided).await;
+    match decided {
         Decision::Keep => {}
         Decision::Write(verdict) => write(ctx, &k, current, &verdict).await?,
     }
@@ -123,11 +128,14 @@ async fn reconcile_machine(cached: &DynamicObject, ctx: &Context) -> Result<Acti
     // kubeconfig Secret (which the controller may only `get`, never watch)
     // is read again though nothing else changes.
     let resync = ctx.settings.secret_resync;
+    let recheck = condition::recheck_in(&seen, old.is_some(), now, stale_after)
+        .map(|d| d + Duration::from_secs(1));
     Ok(Action::requeue(
-        match condition::recheck_in(&seen, old.is_some(), now, stale_after) {
-            Some(d) => (d + Duration::from_secs(1)).min(resync),
-            None => resync,
-        },
+        [recheck, prove_again, Some(resync)]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(resync),
     ))
 }
 
@@ -256,7 +264,15 @@ async fn write(
                     "condition written"
                 );
                 if let Some((t, reason)) = patch::event_for_write(old.as_ref(), verdict) {
-                    event(ctx, &after, t, reason, &verdict.message).await;
+                    event(
+                        ctx,
+                        &after,
+                        t,
+                        reason,
+                        &verdict.message,
+                        "MirrorNodeCondition",
+                    )
+                    .await;
                 }
                 ctx.wrote(k.clone(), rv, after);
                 return Ok(());
@@ -286,7 +302,15 @@ async fn write(
     Err(Error::Conflicts(name, MAX_CONFLICTS))
 }
 
-async fn event(ctx: &Context, m: &DynamicObject, ty: &str, reason: &str, note: &str) {
+/// Records an Event on Machine `m` (`action`: what the controller did).
+pub(crate) async fn event(
+    ctx: &Context,
+    m: &DynamicObject,
+    ty: &str,
+    reason: &str,
+    note: &str,
+    action: &str,
+) {
     let ev = Event {
         type_: if ty == "Normal" {
             EventType::Normal
@@ -295,7 +319,7 @@ async fn event(ctx: &Context, m: &DynamicObject, ty: &str, reason: &str, note: &
         },
         reason: reason.into(),
         note: Some(condition::bound(note.to_string())),
-        action: "MirrorNodeCondition".into(),
+        action: action.into(),
         secondary: None,
     };
     let r = m.object_ref(&ctx.machine_ar);

@@ -267,6 +267,19 @@ pub async fn run(
         })
         .flat_map(move |t| stream::iter(triggered(&machines, &ar, &t)))
     };
+    // The proof pods no running proof owns are deleted 10 s after start
+    // (a previous leader's) and then on each resync.
+    {
+        let c = ctx.clone();
+        tokio::spawn(async move {
+            let first = tokio::time::Instant::now() + Duration::from_secs(10);
+            let mut tick = tokio::time::interval_at(first, RESYNC);
+            loop {
+                tick.tick().await;
+                crate::proof::sweep(&c).await;
+            }
+        });
+    }
     let every = {
         let c = ctx.clone();
         let resync = tokio_stream_interval(RESYNC).map(move |()| {

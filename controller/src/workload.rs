@@ -23,7 +23,7 @@ use std::{
 };
 
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::{Node, NodeStatus, Secret};
+use k8s_openapi::api::core::v1::{Node, NodeStatus, NodeSystemInfo, Secret};
 use kube::{
     config::KubeConfigOptions,
     runtime::{
@@ -80,6 +80,9 @@ pub struct Health {
 
 struct Conn {
     store: Store<Node>,
+    /// The connection's client: the proof ([`crate::proof`]) creates and
+    /// reads its pods with it.
+    client: Client,
     task: JoinHandle<()>,
 }
 
@@ -138,7 +141,8 @@ fn lock(h: &Mutex<Health>) -> std::sync::MutexGuard<'_, Health> {
 /// A 401, or a TLS failure (the CA or the client certificate rotated).
 /// What the cache keeps of a Node: what the reader
 /// ([`sandbox_readiness::nodestatus::read::read`]) takes — its identity,
-/// the desired-state annotation and its conditions — and its providerID. The rest of a
+/// the desired-state annotation and its conditions — its providerID and
+/// bootID. The rest of a
 /// kubelet-written Node (images, volumes, capacity, addresses, nodeInfo,
 /// labels, managed fields) is most of its size and is dropped before the
 /// reflector stores it, so the controller's memory follows the number of
@@ -168,6 +172,11 @@ fn slim(n: &mut Node, condition_type: &str) {
                 ..Default::default()
             });
     n.status = n.status.take().map(|s| NodeStatus {
+        // Its bootID only: a proof holds for one boot (crate::proof).
+        node_info: s.node_info.map(|i| NodeSystemInfo {
+            boot_id: clean_capped(&i.boot_id, 64),
+            ..NodeSystemInfo::default()
+        }),
         conditions: s.conditions.map(|cs| {
             cs.into_iter()
                 .filter(|c| c.type_ == condition_type)
@@ -388,7 +397,7 @@ impl Workload {
 
     fn connect(&mut self, client: Client, rep: Reporting) {
         let (store, writer) = reflector::store::<Node>();
-        let api: Api<Node> = Api::all(client);
+        let api: Api<Node> = Api::all(client.clone());
         let health = {
             // A new connection starts unsynced; the time the cluster was
             // last read stays (the old store is gone with the old connection).
@@ -467,7 +476,20 @@ impl Workload {
                 }
             }
         });
-        self.conn = Some(Conn { store, task });
+        self.conn = Some(Conn {
+            store,
+            client,
+            task,
+        });
+    }
+
+    /// The connection's client, once its Nodes were listed.
+    pub fn client(&self) -> Option<Client> {
+        let synced = lock(&self.health).synced;
+        self.conn
+            .as_ref()
+            .filter(|_| synced)
+            .map(|c| c.client.clone())
     }
 
     /// The Node `name` as last read.
@@ -550,10 +572,12 @@ mod tests {
             v["metadata"]["annotations"].as_object().map(|a| a.len()),
             Some(1)
         );
+        // Of nodeInfo, the bootID alone (a proof holds for one boot).
+        assert_eq!(v["status"]["nodeInfo"]["bootID"], "b1");
+        assert_eq!(v["status"]["nodeInfo"]["machineID"], "");
         for gone in [
             "/spec",
             "/status/images",
-            "/status/nodeInfo",
             "/status/addresses",
             "/metadata/labels",
         ] {
