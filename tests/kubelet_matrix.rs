@@ -34,7 +34,6 @@ mod common;
 mod support;
 
 use std::{
-    path::{Path, PathBuf},
     process::Command,
     time::{Duration, Instant},
 };
@@ -42,45 +41,16 @@ use std::{
 use common::BIN;
 use sandbox_readiness::proto::v1::ProbeOutcome;
 use serde_json::Value;
-use support::cluster::RealCluster;
+use support::{cluster::RealCluster, kubelet::KubeletNode as Node};
 
 const NS: &str = "sr-matrix";
 
-fn script(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("scripts")
-        .join(name)
+/// `probe` against node `n`'s runtime.
+trait Probe {
+    fn probe(&self, req: &[&str]) -> (bool, Vec<Value>, Value);
 }
 
-/// A node of `scripts/kubelet-node.sh`, taken down when dropped.
-struct Node {
-    dir: PathBuf,
-    name: String,
-    root: PathBuf,
-}
-
-impl Node {
-    fn up(c: &RealCluster, name: &str, opts: &[&str]) -> Node {
-        let out = Command::new(script("kubelet-node.sh"))
-            .arg("up")
-            .arg(c.dir())
-            .arg(name)
-            .args(opts)
-            .output()
-            .unwrap();
-        let node = Node {
-            dir: c.dir().to_path_buf(),
-            name: name.to_string(),
-            root: c.dir().join("nodes").join(name),
-        };
-        assert!(
-            out.status.success(),
-            "kubelet-node.sh up {name} {opts:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        node
-    }
-
+impl Probe for Node {
     /// `probe` against this node's runtime, with the requirements `req`:
     /// (converged, the verdict's findings, the report).
     fn probe(&self, req: &[&str]) -> (bool, Vec<Value>, Value) {
@@ -114,16 +84,6 @@ impl Node {
             v["findings"].as_array().cloned().unwrap_or_default(),
             doc["report"].clone(),
         )
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = Command::new(script("kubelet-node.sh"))
-            .arg("down")
-            .arg(&self.dir)
-            .arg(&self.name)
-            .output();
     }
 }
 

@@ -4,5 +4,6 @@
 
 pub mod cluster;
 pub mod containerd;
+pub mod kubelet;
 pub mod markdown;
 pub mod testenv;

@@ -222,6 +222,12 @@ impl Proofs {
         }
     }
 
+    fn disown(&self, k: &Key, pod: &str) {
+        if let Some(Entry::Running { pods, .. }) = lock(&self.entries).get_mut(k) {
+            pods.remove(pod);
+        }
+    }
+
     /// Ends the running proof of `k`: a result that did not prove is kept
     /// until it is due again (the count of such results in a row grows); a
     /// proof forgets them.
@@ -609,6 +615,16 @@ async fn create(
             Outcome::Pending
         }
         Err(kube::Error::Api(s)) if s.code == 409 => Outcome::Pending,
+        // A namespace just made has no ServiceAccount until the workload's
+        // controller-manager makes it (about a second): not a refusal.
+        Err(kube::Error::Api(s))
+            if s.code == 403
+                && s.message.contains("serviceaccount")
+                && s.message.contains("not found") =>
+        {
+            ctx.proofs.disown(t.k, name);
+            Outcome::Pending
+        }
         // Refused by admission (Pod Security, a policy, a webhook, a
         // quota) or invalid for this cluster: not the node's answer.
         Err(e @ kube::Error::Api(_)) if matches!(&e, kube::Error::Api(s) if matches!(s.code, 400 | 403 | 422)) =>

@@ -27,6 +27,8 @@
 
 #[path = "../../../tests/support/cluster.rs"]
 pub mod cluster;
+#[path = "../../../tests/support/kubelet.rs"]
+pub mod kubelet;
 
 use std::{
     io::{BufRead, BufReader},
