@@ -357,3 +357,152 @@ fn each_broken_node_fails_with_kubelets_words() {
     });
     drop(nodes);
 }
+
+/// The condition changes written on Machine `m` since `mark`, by the
+/// controller: (status, reason, message) of each accepted write.
+fn changes(env: &Env, m: &str, mark: common::cluster::AuditMark) -> Vec<(String, String, String)> {
+    env.mgmt
+        .audit_writes_since(mark, |e| {
+            by_controller(e) && machine_status_write(e, &env.ns, m) && code(e) == 200
+        })
+        .iter()
+        .filter_map(|e| {
+            let c = e["requestObject"]["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == env.ty.as_str())?
+                .clone();
+            let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
+            Some((s("status"), s("reason"), s("message")))
+        })
+        .collect()
+}
+
+/// The workload cluster down in the middle of a proof (its pod created, the
+/// node's kubelet stopped so it cannot run yet): the proof goes on through
+/// the outage and ends proven once the node is back, with at most two
+/// condition changes on the Machine and no pod left.
+#[test]
+fn an_outage_during_a_proof_changes_little_and_leaves_no_pod() {
+    let env = Env::with_private_workload();
+    let k1 = node(&env, "k1", &[]);
+    let c = env.controller_as(
+        &env.mgmt_kubeconfig,
+        &[],
+        &[("SANDBOX_READINESS_LOG", "debug")],
+    );
+    pool(&env, "md", "m1", "k1", "default+userns");
+    wait_reason(&env, "m1", "SandboxProven", Duration::from_secs(120));
+    // A node that cannot answer yet: its kubelet and containerd stopped,
+    // its Node (and the agent's fresh True) kept.
+    k1.down();
+    drop(k1);
+    let mark = env.mgmt.audit_mark();
+    let wl_mark = env.wl.audit_mark();
+    set_prove(&env, "md", "default");
+    env.wl.audit_wait(
+        Duration::from_secs(60),
+        wl_mark,
+        |e| pod_writes(e, "create"),
+        |w| !w.is_empty(),
+    );
+    let from = c.log().len();
+    env.wl.stop();
+    poll(
+        Duration::from_secs(60),
+        "a proof round failing on the outage",
+        || {
+            c.log()[from..]
+                .lines()
+                .any(|l| l.contains("proof round failed") && l.contains(&format!("{}/m1", env.ns)))
+        },
+    );
+    env.wl.start();
+    let _k1 = node(&env, "k1", &[]);
+    let (status, msg) = loop {
+        let (s, msg) = wait_reason(&env, "m1", "SandboxProven", Duration::from_secs(150));
+        if msg.contains("by pods default; ") {
+            break (s, msg);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status, "True", "{msg}");
+    let written = changes(&env, "m1", mark);
+    println!("condition changes through the outage: {written:?}");
+    assert!(!written.is_empty() && written.len() <= 2, "{written:#?}");
+    poll(Duration::from_secs(60), "every proof pod gone", || {
+        proof_pods(&env).is_empty()
+    });
+}
+
+/// The bench (benches/proof.sh): on one good node, `SR_PROOF_ROUNDS`
+/// proofs (default 20), each started by a change of the pool's request;
+/// for each, when the test first saw the proof pod's container running
+/// (polling every 10 ms) and when the Machine said `True` with that proof.
+/// Prints p50 and p99 of the controller's added latency (the second minus
+/// the first) and of the whole proof.
+#[test]
+#[ignore]
+fn bench_proof_latency() {
+    let rounds: usize = std::env::var("SR_PROOF_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(20);
+    let env = Env::with_private_workload();
+    let _k1 = node(&env, "k1", &[]);
+    let _c = env.controller(&[]);
+    pool(&env, "md", "m1", "k1", "default+userns");
+    wait_reason(&env, "m1", "SandboxProven", Duration::from_secs(120));
+    let mut added = Vec::new();
+    let mut whole = Vec::new();
+    for i in 0..rounds {
+        let req = ["default", "default+userns"][i % 2];
+        // This round's pod is one not there before it (a previous round's
+        // may still be terminating).
+        let before: Vec<Value> = proof_pods(&env)
+            .iter()
+            .map(|p| p["metadata"]["uid"].clone())
+            .collect();
+        let start = Instant::now();
+        set_prove(&env, "md", req);
+        let mut running = None;
+        loop {
+            if running.is_none()
+                && proof_pods(&env).iter().any(|p| {
+                    !before.contains(&p["metadata"]["uid"])
+                        && p["metadata"]["annotations"]["sandbox-readiness.io/pod"] == req
+                        && p["status"]["containerStatuses"][0]["state"]["running"].is_object()
+                })
+            {
+                running = Some(start.elapsed());
+            }
+            if let Some((s, _, msg, _)) = env.condition("m1") {
+                if s == "True" && msg.contains(&format!("by pods {req}; ")) {
+                    let at = start.elapsed();
+                    let r = running.unwrap_or_else(|| {
+                        panic!("round {i}: proven before its pod was seen running")
+                    });
+                    added.push(at.saturating_sub(r));
+                    whole.push(at);
+                    break;
+                }
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "round {i}: not proven in 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let pct = |v: &mut Vec<Duration>, p: f64| {
+        v.sort();
+        v[((v.len() as f64 - 1.0) * p).round() as usize]
+    };
+    println!(
+        "bench proof: {rounds} proofs; added latency p50 {:?} p99 {:?}; trigger to True p50 {:?} p99 {:?}",
+        pct(&mut added, 0.5),
+        pct(&mut added, 0.99),
+        pct(&mut whole, 0.5),
+        pct(&mut whole, 0.99)
+    );
+}

@@ -112,8 +112,9 @@ enum Entry {
         boot: String,
         started: Instant,
         touched: Instant,
-        /// The pods this proof created or took over (a previous leader's).
-        pods: HashSet<String>,
+        /// Combination (as the annotation names it) → the pod this proof
+        /// created or took over (a previous leader's) for it.
+        pods: HashMap<String, String>,
         /// Results that did not prove before this run.
         results: u32,
     },
@@ -153,7 +154,9 @@ impl Proofs {
         lock(&self.entries)
             .values()
             .filter_map(|e| match e {
-                Entry::Running { touched, pods, .. } if touched.elapsed() < OWNED_FOR => Some(pods),
+                Entry::Running { touched, pods, .. } if touched.elapsed() < OWNED_FOR => {
+                    Some(pods.values())
+                }
                 _ => None,
             })
             .flatten()
@@ -179,7 +182,7 @@ impl Proofs {
     }
 
     /// The running proof of `k` on `boot`, started now if there is none.
-    fn running(&self, k: &Key, boot: &str) -> (Instant, HashSet<String>) {
+    fn running(&self, k: &Key, boot: &str) -> (Instant, HashMap<String, String>) {
         let mut m = lock(&self.entries);
         let results = match m.get(k) {
             Some(Entry::Settled { results, .. }) => *results,
@@ -190,7 +193,7 @@ impl Proofs {
             boot: boot.into(),
             started: Instant::now(),
             touched: Instant::now(),
-            pods: HashSet::new(),
+            pods: HashMap::new(),
             results,
         });
         if !matches!(e, Entry::Running { boot: b, .. } if b == boot) {
@@ -198,7 +201,7 @@ impl Proofs {
                 boot: boot.into(),
                 started: Instant::now(),
                 touched: Instant::now(),
-                pods: HashSet::new(),
+                pods: HashMap::new(),
                 results,
             };
         }
@@ -212,19 +215,27 @@ impl Proofs {
                 *touched = Instant::now();
                 (*started, pods.clone())
             }
-            Entry::Settled { .. } => (Instant::now(), HashSet::new()),
+            Entry::Settled { .. } => (Instant::now(), HashMap::new()),
         }
     }
 
-    fn own(&self, k: &Key, pod: &str) {
+    fn own(&self, k: &Key, combo: &Combo, pod: &str) {
         if let Some(Entry::Running { pods, .. }) = lock(&self.entries).get_mut(k) {
-            pods.insert(pod.to_string());
+            pods.insert(combo.name(), pod.to_string());
         }
     }
 
-    fn disown(&self, k: &Key, pod: &str) {
+    fn disown(&self, k: &Key, combo: &Combo) {
         if let Some(Entry::Running { pods, .. }) = lock(&self.entries).get_mut(k) {
-            pods.remove(pod);
+            pods.remove(&combo.name());
+        }
+    }
+
+    /// The pods a running proof of `k` owns now.
+    fn pods_of(&self, k: &Key) -> Vec<String> {
+        match lock(&self.entries).get(k) {
+            Some(Entry::Running { pods, .. }) => pods.values().cloned().collect(),
+            _ => Vec::new(),
         }
     }
 
@@ -376,8 +387,17 @@ pub async fn gate(
     };
     match prove(ctx, &client, &target).await {
         None => {
-            // While it runs, a True of an earlier boot must not stand.
-            let held = if old.is_some_and(|o| o.status == Some(Status::True)) {
+            // While it runs, the proof of an earlier boot must not stand.
+            // Any other True (the agent's before the pool asked for a proof,
+            // this boot's proof of another request) stands until the result:
+            // turning the proof on for a running pool makes no Machine
+            // unready.
+            let earlier_boot = old.is_some_and(|o| {
+                o.status == Some(Status::True)
+                    && o.reason == SANDBOX_PROVEN
+                    && !o.message.starts_with(&format!("proven on boot {boot} "))
+            });
+            let held = if earlier_boot {
                 Decision::Write(verdict(
                     Status::Unknown,
                     PROOF_IN_PROGRESS,
@@ -465,60 +485,87 @@ async fn namespace(ctx: &Context, client: &Client, cluster: &Key) -> Result<(), 
 async fn prove(ctx: &Context, client: &Client, t: &Target<'_>) -> Option<(Verdict, Instant)> {
     let (started, owned) = ctx.proofs.running(t.k, t.boot);
     let started_ok = |v: Verdict| Some((v, started));
-    if let Err(v) = namespace(ctx, client, &t.cluster).await {
-        return started_ok(v);
+    // An API error is not an answer: the proof goes on (the next round
+    // tries again) until its time is up, and only then says it could not
+    // run, with the last error. An outage of the workload cluster during a
+    // proof therefore changes nothing on the Machine.
+    let wait = |error: Option<Verdict>| {
+        if started.elapsed() < GIVE_UP {
+            if let Some(e) = &error {
+                tracing::debug!(machine = %format!("{}/{}", t.k.0, t.k.1), error = %e.message, "proof round failed; trying again");
+            }
+            return None;
+        }
+        Some((
+            error.unwrap_or_else(|| {
+                verdict(
+                    Status::Unknown,
+                    PROOF_TIMED_OUT,
+                    format!(
+                        "kubelet on Node {} did not run or refuse the pods {} within {} s",
+                        t.node,
+                        t.req.names(),
+                        GIVE_UP.as_secs()
+                    ),
+                )
+            }),
+            started,
+        ))
+    };
+    match namespace(ctx, client, &t.cluster).await {
+        Ok(()) => {}
+        Err(v) if v.reason == PROOF_NOT_RUN => return wait(Some(v)),
+        Err(v) => return started_ok(v),
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     let selector = format!("{}={}", pod::PROOF_OF, pod::proof_of(t.machine_uid));
     let listed = match timed(pods.list(&ListParams::default().labels(&selector))).await {
         Ok(l) => l.items,
         Err(e) => {
-            return started_ok(verdict(
+            return wait(Some(verdict(
                 Status::Unknown,
                 PROOF_NOT_RUN,
                 format!("listing the proof pods failed: {}", api_error(&e)),
-            ))
+            )))
         }
     };
     let ours = |p: &Pod| {
         p.annotations().get(pod::MACHINE_UID).map(String::as_str) == Some(t.machine_uid)
             && p.labels().get(pod::MANAGED_BY.0).map(String::as_str) == Some(pod::MANAGED_BY.1)
     };
-    let wanted: Vec<(String, &Combo)> = t
-        .req
-        .combos
-        .iter()
-        .map(|c| (pod::name(t.machine_uid, t.boot, c), c))
-        .collect();
+    let ann = |p: &Pod, key: &str| p.annotations().get(key).cloned().unwrap_or_default();
+    // This run's pod for a combination: this boot's, not going away (a
+    // previous run's pod may still be terminating; it is not waited for).
+    let current = |p: &Pod, c: &Combo| {
+        ann(p, pod::BOOT) == t.boot
+            && ann(p, pod::POD) == c.name()
+            && p.metadata.deletion_timestamp.is_none()
+    };
+    let mine: Vec<&Pod> = listed.iter().filter(|p| ours(p)).collect();
     // Pods of an earlier boot or request of this Machine.
-    for p in listed.iter().filter(|p| ours(p)) {
-        let name = p.name_any();
-        if !wanted.iter().any(|(w, _)| *w == name) && p.metadata.deletion_timestamp.is_none() {
-            delete(ctx, &pods, &name).await;
+    for p in &mine {
+        let wanted = t.req.combos.iter().any(|c| current(p, c));
+        if !wanted && p.metadata.deletion_timestamp.is_none() {
+            delete(ctx, &pods, &p.name_any()).await;
         }
     }
     let mut outcomes: Vec<(&Combo, Outcome)> = Vec::new();
-    for (name, combo) in &wanted {
-        let found = listed.iter().find(|p| p.name_any() == *name && ours(p));
+    for combo in &t.req.combos {
+        let found = mine.iter().find(|p| current(p, combo));
         let outcome = match found {
-            // A pod this proof did not make that is going away (a previous
-            // run's): wait for it to be gone.
-            Some(p) if p.metadata.deletion_timestamp.is_some() && !owned.contains(name) => {
-                Outcome::Pending
-            }
             Some(p) => {
-                ctx.proofs.own(t.k, name);
+                ctx.proofs.own(t.k, combo, &p.name_any());
                 let v = serde_json::to_value(p).unwrap_or(Value::Null);
                 match pod::judge(&v, &[]) {
                     Outcome::Pending => pod::judge(&v, &events(client, p).await),
                     o => o,
                 }
             }
-            None if owned.contains(name) => Outcome::Unknown {
+            None if owned.contains_key(&combo.name()) => Outcome::Unknown {
                 reason: PROOF_INTERRUPTED,
                 text: "the proof pod was deleted by someone else".into(),
             },
-            None => create(ctx, &pods, t, name, combo).await,
+            None => create(ctx, &pods, t, combo).await,
         };
         outcomes.push((combo, outcome));
     }
@@ -534,7 +581,7 @@ async fn prove(ctx: &Context, client: &Client, t: &Target<'_>) -> Option<(Verdic
         ));
     }
     if let Some((c, reason, text)) = outcomes.iter().find_map(|(c, o)| match o {
-        Outcome::Unknown { reason, text } => Some((c, *reason, text)),
+        Outcome::Unknown { reason, text } if *reason != PROOF_NOT_RUN => Some((c, *reason, text)),
         _ => None,
     }) {
         return started_ok(verdict(
@@ -543,22 +590,31 @@ async fn prove(ctx: &Context, client: &Client, t: &Target<'_>) -> Option<(Verdic
             format!("{}: {text}", on(c)),
         ));
     }
-    if outcomes.iter().all(|(_, o)| *o == Outcome::Running) {
+    let error = outcomes.iter().find_map(|(c, o)| match o {
+        Outcome::Unknown { reason, text } => Some(verdict(
+            Status::Unknown,
+            reason,
+            format!("{}: {text}", on(c)),
+        )),
+        _ => None,
+    });
+    if error.is_none() && outcomes.iter().all(|(_, o)| *o == Outcome::Running) {
         return started_ok(verdict(Status::True, SANDBOX_PROVEN, String::new()));
     }
-    if started.elapsed() >= GIVE_UP {
-        return started_ok(verdict(
-            Status::Unknown,
-            PROOF_TIMED_OUT,
-            format!(
-                "kubelet on Node {} did not run or refuse the pods {} within {} s",
-                t.node,
-                t.req.names(),
-                GIVE_UP.as_secs()
-            ),
-        ));
-    }
-    None
+    wait(error)
+}
+
+/// A pod name's run part: a pod is never created twice under one name, so
+/// a run never waits for the previous run's pod to finish terminating.
+fn nonce() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static RUNS: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos().to_string())
+        .unwrap_or_default();
+    let n = RUNS.fetch_add(1, Ordering::Relaxed).to_string();
+    pod::digest(&[&t, &n])
 }
 
 /// kubelet's Events about pod `p` (by its uid).
@@ -579,14 +635,10 @@ async fn events(client: &Client, p: &Pod) -> Vec<Value> {
     }
 }
 
-async fn create(
-    ctx: &Context,
-    pods: &Api<Pod>,
-    t: &Target<'_>,
-    name: &str,
-    combo: &Combo,
-) -> Outcome {
+async fn create(ctx: &Context, pods: &Api<Pod>, t: &Target<'_>, combo: &Combo) -> Outcome {
+    let name = &pod::name(t.machine_uid, t.boot, combo, &nonce());
     let manifest = pod::manifest(&pod::Spec {
+        name,
         namespace: NAMESPACE,
         machine: t.k,
         machine_uid: t.machine_uid,
@@ -607,7 +659,7 @@ async fn create(
     };
     // Owned before it exists: a sweep between the create and the next
     // round must not take it.
-    ctx.proofs.own(t.k, name);
+    ctx.proofs.own(t.k, combo, name);
     match timed(pods.create(&PostParams::default(), &p)).await {
         Ok(_) => {
             ctx.metrics.proof_write("create");
@@ -622,7 +674,7 @@ async fn create(
                 && s.message.contains("serviceaccount")
                 && s.message.contains("not found") =>
         {
-            ctx.proofs.disown(t.k, name);
+            ctx.proofs.disown(t.k, combo);
             Outcome::Pending
         }
         // Refused by admission (Pod Security, a policy, a webhook, a
@@ -644,6 +696,9 @@ async fn create(
             }
         }
         Err(e) => {
+            // Not made (as far as anyone knows): the next round's create is
+            // not an interruption.
+            ctx.proofs.disown(t.k, combo);
             if matches!(&e, kube::Error::Api(s) if s.code == 404) {
                 lock(&ctx.proofs.namespaces).remove(&t.cluster);
             }
@@ -675,8 +730,8 @@ async fn finish(
     started: Instant,
 ) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    for c in &t.req.combos {
-        delete(ctx, &pods, &pod::name(t.machine_uid, t.boot, c)).await;
+    for name in ctx.proofs.pods_of(t.k) {
+        delete(ctx, &pods, &name).await;
     }
     let outcome = match result.status {
         Status::True => "proven",
@@ -796,8 +851,13 @@ mod tests {
         let req = request::parse(Some("gvisor"), None).unwrap().unwrap();
         let (_, owned) = p.running(&k, "b1");
         assert!(owned.is_empty());
-        p.own(&k, "sr-proof-x-gvisor");
+        let gvisor = req.combos[0].clone();
+        p.own(&k, &gvisor, "sr-proof-x-gvisor");
         assert!(p.owned_pods().contains("sr-proof-x-gvisor"));
+        assert_eq!(p.pods_of(&k), ["sr-proof-x-gvisor"]);
+        p.disown(&k, &gvisor);
+        assert!(p.owned_pods().is_empty());
+        p.own(&k, &gvisor, "sr-proof-x-gvisor");
         let failed = verdict(Status::False, PROOF_FAILED, "x".into());
         assert_eq!(p.settle(&k, "b1", &req, &failed), 1);
         assert!(p.owned_pods().is_empty());

@@ -54,16 +54,26 @@ pub fn proof_of(machine_uid: &str) -> String {
     format!("{:016x}", fnv(&[machine_uid]))
 }
 
-/// A proof pod's name: one per Machine, boot and combination, so a
-/// controller that restarts (or a new leader) finds the pod it would have
-/// created instead of creating a second one.
-pub fn name(machine_uid: &str, boot: &str, combo: &Combo) -> String {
-    let h = fnv(&[machine_uid, boot]);
-    format!("sr-proof-{:012x}-{}", h & 0xffff_ffff_ffff, combo.slug())
+/// 12 hex digits of the parts' digest.
+pub fn digest(parts: &[&str]) -> String {
+    format!("{:012x}", fnv(parts) & 0xffff_ffff_ffff)
+}
+
+/// A proof pod's name: the Machine and boot, the run (`run`, unique per
+/// create) and the combination. A controller that restarts (or a new
+/// leader) finds a running proof's pods by their label and annotations,
+/// not by name.
+pub fn name(machine_uid: &str, boot: &str, combo: &Combo, run: &str) -> String {
+    format!(
+        "sr-proof-{}-{run}-{}",
+        digest(&[machine_uid, boot]),
+        combo.slug()
+    )
 }
 
 /// What a proof pod is made from.
 pub struct Spec<'a> {
+    pub name: &'a str,
     pub namespace: &'a str,
     pub machine: &'a (String, String),
     pub machine_uid: &'a str,
@@ -126,7 +136,7 @@ pub fn manifest(s: &Spec<'_>) -> Value {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": name(s.machine_uid, s.boot, s.combo),
+            "name": s.name,
             "namespace": s.namespace,
             "labels": {MANAGED_BY.0: MANAGED_BY.1, PROOF_OF: proof_of(s.machine_uid)},
             "annotations": {
@@ -306,6 +316,7 @@ mod tests {
 
     fn spec<'a>(machine: &'a (String, String), combo: &'a Combo) -> Spec<'a> {
         Spec {
+            name: "sr-proof-x",
             namespace: "sandbox-readiness-proof",
             machine,
             machine_uid: "m-uid",
@@ -341,15 +352,17 @@ mod tests {
         let plain = manifest(&spec(&m, &combo(None, false)));
         assert!(plain["spec"].get("hostUsers").is_none());
         assert!(plain["spec"].get("runtimeClassName").is_none());
-        // One name per Machine, boot and pod; another boot, another name.
-        let n = name("m-uid", "b1", &c);
+        assert_eq!(p["metadata"]["name"], "sr-proof-x");
+        // The Machine and boot, the run, the pod.
+        let n = name("m-uid", "b1", &c, "r1");
         assert!(
-            n.starts_with("sr-proof-") && n.ends_with("-gvisor-userns"),
+            n.starts_with(&format!("sr-proof-{}-r1-", digest(&["m-uid", "b1"])))
+                && n.ends_with("-gvisor-userns"),
             "{n}"
         );
-        assert_eq!(p["metadata"]["name"], n.as_str());
-        assert_ne!(n, name("m-uid", "b2", &c));
-        assert_ne!(n, name("m-uid2", "b1", &c));
+        assert_ne!(n, name("m-uid", "b2", &c, "r1"));
+        assert_ne!(n, name("m-uid", "b1", &c, "r2"));
+        assert!(n.len() <= 253);
     }
 
     fn ev(reason: &str, message: &str, at: &str) -> Value {
