@@ -384,11 +384,15 @@ fn every_agent_metric_has_a_row_in_the_metrics_page() {
 }
 
 /// Every reason the controller writes on a Machine (its `&str` constants
-/// in controller/src/condition.rs) is in the Machine condition table of
+/// in controller/src/condition.rs and the pod proof's) is in the Machine condition table of
 /// docs/reference/kubernetes-objects.md.
 #[test]
 fn every_machine_reason_is_in_the_machine_condition_table() {
-    let source = std::fs::read_to_string(root().join("controller/src/condition.rs")).unwrap();
+    let source = ["condition.rs", "proof/mod.rs", "proof/pod.rs"]
+        .iter()
+        .map(|f| std::fs::read_to_string(root().join("controller/src").join(f)).unwrap())
+        .collect::<Vec<_>>()
+        .join("\n");
     let page =
         std::fs::read_to_string(root().join("docs/reference/kubernetes-objects.md")).unwrap();
     let table = &page[page
@@ -399,7 +403,7 @@ fn every_machine_reason_is_in_the_machine_condition_table() {
         .captures_iter(&source)
         .map(|m| m.get(1).unwrap().as_str())
         .collect();
-    assert!(reasons.len() >= 9, "only {reasons:?} in condition.rs");
+    assert!(reasons.len() >= 19, "only {reasons:?} in condition.rs and proof/");
     let missing: Vec<&&str> = reasons
         .iter()
         .filter(|r| !table.contains(&format!("`{r}`")))
