@@ -129,13 +129,19 @@ impl Pool {
     /// The pool of examples/rollout/ (through `kubectl kustomize`), its
     /// MachineDeployment without the gate when `gated` is false.
     fn start(gated: bool) -> Pool {
+        Pool::start_with(gated, None)
+    }
+
+    /// As [`Pool::start`], each object of the example changed by `modify`
+    /// before it is applied.
+    fn start_with(gated: bool, modify: Option<&dyn Fn(&mut Value)>) -> Pool {
         let mgmt = Arc::new(RealCluster::private());
         mgmt.start_capi();
         let workload = Arc::new(RealCluster::private());
         let ns = "pool-a";
         let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/rollout");
         let providers = Providers::start(mgmt.clone(), workload.clone(), ns);
-        if gated {
+        if gated && modify.is_none() {
             // As the example says to apply it.
             mgmt.kubectl_ok(
                 &["apply", "--server-side", "-k", example.to_str().unwrap()],
@@ -147,11 +153,14 @@ impl Pool {
             for doc in serde_yaml_ng::Deserializer::from_str(&built) {
                 let v = <serde_yaml_ng::Value as serde::Deserialize>::deserialize(doc).unwrap();
                 let mut o = serde_json::to_value(&v).unwrap();
-                if o["kind"] == "MachineDeployment" {
+                if o["kind"] == "MachineDeployment" && !gated {
                     o["spec"]["template"]["spec"]
                         .as_object_mut()
                         .unwrap()
                         .remove("readinessGates");
+                }
+                if let Some(f) = modify {
+                    f(&mut o);
                 }
                 objects.push(o);
             }
@@ -632,6 +641,139 @@ fn the_gate_added_to_a_mirrored_pool_leaves_every_machine_ready() {
         "CAPI did not push the gate onto the existing Machines\n{}",
         pool.diagnose()
     );
+}
+
+/// 6. The pod proof in a real rollout on real kubelet nodes: the pool of
+///    examples/rollout/ at one replica, its TestMachineTemplate booting a
+///    real kubelet (scripts/kubelet-node.sh) and its MachineDeployment
+///    asking for a `hostUsers: false` pod (`sandbox-readiness.io/prove`).
+///    Its Machine turns Ready only once the proof pod ran. A template whose
+///    nodes run runc 1.1 (no idmapped mounts; the agent, not asked about pod
+///    user namespaces, says True) stalls the rollout with kubelet's words on
+///    the new Machine and the old one kept; rolled on to a good template,
+///    the broken Machine is deleted and no proof pod of it is left.
+#[test]
+fn a_rollout_waits_for_the_pod_proof_on_real_kubelet_nodes() {
+    let pool = Pool::start_with(
+        true,
+        Some(&|o: &mut Value| {
+            if o["kind"] == "TestMachineTemplate" && o["metadata"]["name"] == "workers" {
+                o["spec"]["template"]["spec"]["kubeletNode"] = json!([]);
+            }
+            if o["kind"] == "MachineDeployment" {
+                o["spec"]["replicas"] = json!(1);
+                o["metadata"]["annotations"] =
+                    json!({"sandbox-readiness.io/prove": "default+userns"});
+            }
+        }),
+    );
+    let first = pool.wait_ready(1, Duration::from_secs(240));
+    let m1 = first.iter().next().unwrap().clone();
+    let proven = gate_of(&pool, &m1);
+    assert_eq!(
+        proven.as_ref().map(|(s, r)| (s.as_str(), r.as_str())),
+        Some(("True", "SandboxProven")),
+        "{m1} Ready without its proof\n{}",
+        pool.diagnose()
+    );
+    for (name, opts) in [
+        ("workers-runc11", json!(["--runc", "1.1"])),
+        ("workers-kubelet", json!([])),
+    ] {
+        pool.mgmt.kubectl_ok(
+            &["-n", pool.ns, "apply", "--server-side", "-f", "-"],
+            Some(
+                &json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TestMachineTemplate",
+                    "metadata": {"name": name, "namespace": pool.ns},
+                    "spec": {"template": {"spec": {"kubeletNode": opts}}}})
+                .to_string(),
+            ),
+        );
+    }
+    // The broken template: the new Machine's proof fails with kubelet's
+    // words, and CAPI keeps the old one.
+    pool.roll_to("workers-plain", "workers-runc11");
+    let started = Instant::now();
+    let broken = loop {
+        let s = pool.sample();
+        let failed = s.keys().filter(|n| **n != m1).find(|n| {
+            pool.machine(n).is_some_and(|m| {
+                m["status"]["conditions"].as_array().is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == GATE && c["reason"] == "ProofFailed")
+                })
+            })
+        });
+        if let Some(n) = failed {
+            break n.clone();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(180),
+            "no new Machine failed its proof: {s:?}\n{}",
+            pool.diagnose()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let m = pool.machine(&broken).unwrap();
+    let cond = m["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == GATE)
+        .unwrap()
+        .clone();
+    let msg = cond["message"].as_str().unwrap_or_default();
+    assert_eq!(cond["status"], "False");
+    assert!(
+        msg.contains("FailedCreatePodSandBox") && msg.contains("does not support user namespaces"),
+        "{msg}"
+    );
+    eprintln!("{broken}: {msg}");
+    let s = pool.sample();
+    assert!(
+        s.get(&m1).is_some_and(|(r, d, _)| *r && !*d),
+        "the old Machine went away while the new one failed its proof: {s:?}"
+    );
+    assert!(
+        !s.get(&broken).is_some_and(|(r, _, _)| *r),
+        "{broken} Ready though its proof failed"
+    );
+    let broken_uid = m["metadata"]["uid"].as_str().unwrap().to_string();
+    // A good template again: CAPI deletes the broken Machine and rolls on.
+    pool.roll_to("workers-plain", "workers-kubelet");
+    let ready = watch_rollout(&pool, &first, 1, Duration::from_secs(240), |_, _| {});
+    for n in ready.keys() {
+        assert_eq!(
+            gate_of(&pool, n),
+            Some(("True".to_string(), "SandboxProven".to_string())),
+            "{n}"
+        );
+    }
+    let started = Instant::now();
+    loop {
+        let gone = pool.machine(&broken).is_none();
+        let pods = pool
+            .workload
+            .get("/api/v1/namespaces/sandbox-readiness-proof/pods")
+            .and_then(|l| l["items"].as_array().cloned())
+            .unwrap_or_default();
+        let left: Vec<&Value> = pods
+            .iter()
+            .filter(|p| {
+                p["metadata"]["annotations"]["sandbox-readiness.io/machine-uid"]
+                    == broken_uid.as_str()
+            })
+            .collect();
+        if gone && left.is_empty() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(150),
+            "{broken}: deleted {gone}, proof pods left {left:?}\n{}",
+            pool.diagnose()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 /// 5. A workload cluster down (its control plane stopped) for longer than

@@ -31,6 +31,11 @@
 //!   template: a property of the cloud image, never of the bootstrap data)
 //!   plays a kernel that does not apply a sysctl: the node keeps Talos's
 //!   KSPP default (0). Its finalizer stops the agent when CAPI deletes it.
+//!   `spec.kubeletNode` (a list of `scripts/kubelet-node.sh up` options,
+//!   from the template: a property of the image the cloud boots) makes the
+//!   node a real kubelet on the pinned node runtime instead of a Node
+//!   registered by the test; its agent writes that Node with kubelet's own
+//!   credential, and the finalizer takes the node down.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -49,6 +54,7 @@ use serde_json::{json, Value};
 
 use crate::common::{Agent, AgentSpec};
 use crate::support::cluster::{owner_name, RealCluster};
+use crate::support::kubelet::KubeletNode;
 
 const FINALIZER: &str = "test.sandbox-readiness.io/machine";
 const INFRA: &str = "/apis/infrastructure.cluster.x-k8s.io/v1alpha1";
@@ -90,6 +96,7 @@ impl Providers {
             workload,
             ns: ns.to_string(),
             agents: BTreeMap::new(),
+            kubelets: BTreeMap::new(),
             record: record.clone(),
         };
         let flag = stop.clone();
@@ -126,6 +133,8 @@ struct World {
     workload: Arc<RealCluster>,
     ns: String,
     agents: BTreeMap<String, Agent>,
+    /// The real kubelet nodes (`spec.kubeletNode`), taken down when dropped.
+    kubelets: BTreeMap<String, KubeletNode>,
     record: Arc<Mutex<Record>>,
 }
 
@@ -242,6 +251,7 @@ impl World {
                 if self.agents.remove(&name).is_some() {
                     self.record.lock().unwrap().stopped.push(name.clone());
                 }
+                self.kubelets.remove(&name);
                 if finalizers.iter().any(mine) {
                     let rest: Vec<&Value> = finalizers.iter().filter(|f| !mine(f)).collect();
                     let _ = self.mgmt.try_write(
@@ -348,7 +358,23 @@ impl World {
             })
             .collect();
         let provider_id = format!("sandbox-readiness-test://{}/{name}", self.ns);
-        let kubeconfig = self.workload.node_with_provider_id(name, &provider_id);
+        let kubeconfig = match m["spec"]["kubeletNode"].as_array() {
+            None => self.workload.node_with_provider_id(name, &provider_id),
+            Some(opts) => {
+                let opts: Vec<&str> = opts.iter().filter_map(Value::as_str).collect();
+                let node = KubeletNode::up(&self.workload, name, &opts);
+                // kubelet's --provider-id, set once as the API allows.
+                self.workload.write(
+                    "PATCH",
+                    &format!("/api/v1/nodes/{name}"),
+                    MERGE,
+                    &json!({"spec": {"providerID": provider_id}}),
+                );
+                let kubeconfig = node.root.join("etc/kubernetes/kubeconfig-kubelet");
+                self.kubelets.insert(name.to_string(), node);
+                kubeconfig
+            }
+        };
         let mut spec = AgentSpec::new(
             Some(limit),
             &[

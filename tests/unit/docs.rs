@@ -403,7 +403,10 @@ fn every_machine_reason_is_in_the_machine_condition_table() {
         .captures_iter(&source)
         .map(|m| m.get(1).unwrap().as_str())
         .collect();
-    assert!(reasons.len() >= 19, "only {reasons:?} in condition.rs and proof/");
+    assert!(
+        reasons.len() >= 19,
+        "only {reasons:?} in condition.rs and proof/"
+    );
     let missing: Vec<&&str> = reasons
         .iter()
         .filter(|r| !table.contains(&format!("`{r}`")))
