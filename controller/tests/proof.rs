@@ -240,9 +240,8 @@ fn a_good_node_is_proven_once_and_nothing_is_left_or_taken() {
     let restart = env.wl.audit_mark();
     let from = c.log().len();
     env.agent_writes("k1", "True", "Converged", &[]);
-    // The controller's pass over m1 since: a Node change reconciles it, and
-    // a proof held for this boot is written as nothing (a new proof would
-    // have written ProofInProgress over the True).
+    // The controller's pass over m1 since: a Node change reconciles it; a
+    // proof started there would have created its pod before this pass ends.
     poll(
         Duration::from_secs(30),
         "the controller's pass over m1 after the restart",
@@ -261,6 +260,38 @@ fn a_good_node_is_proven_once_and_nothing_is_left_or_taken() {
         "proven again after a restart of the same boot: {again:#?}"
     );
     assert_eq!(env.status("m1").as_deref(), Some("True"));
+    // Nor after the controller restarts: the proof is read back from the
+    // Machine's condition.
+    drop(c);
+    let c = env.controller_as(
+        &env.mgmt_kubeconfig,
+        &[],
+        &[("SANDBOX_READINESS_LOG", "debug")],
+    );
+    poll(
+        Duration::from_secs(30),
+        "the restarted controller's pass over m1",
+        || {
+            c.log()
+                .lines()
+                .any(|l| l.contains("condition unchanged") && l.contains(&format!("{}/m1", env.ns)))
+        },
+    );
+    env.wl.audit_barrier();
+    let again = env
+        .wl
+        .audit_writes_since(restart, |e| pod_writes(e, "create"));
+    assert!(
+        again.is_empty(),
+        "proven again after a controller restart: {again:#?}"
+    );
+    // The proof's Event.
+    assert!(
+        env.events("m1")
+            .contains(&("Normal".to_string(), "SandboxProven".to_string())),
+        "{:?}",
+        env.events("m1")
+    );
 
     // A tenant policy refusing pods in the namespace: Unknown, its words.
     let vap = json!({"apiVersion":"admissionregistration.k8s.io/v1","kind":"ValidatingAdmissionPolicy",
