@@ -75,14 +75,9 @@ complete() {
 		-f $out/config/cabpt/crd/kustomization.yaml && -f $out/config/prometheus-operator/monitoring.coreos.com_servicemonitors.yaml ]]
 }
 
-# fail WHAT LOG: one line naming the module@version go names, then exit.
-fail() {
-	local at line
-	at=$(grep -oE '[A-Za-z0-9._~/-]+@v[0-9][^ :]*' "$2" | head -1 || true)
-	line=$(grep -m1 -E '403|404|410|not available|invalid version|unrecognized|dial|timeout|cannot|error' "$2" | sed -E 's#https?://[^ ]+##g; s/^[[:space:]]+//' || true)
-	echo "$me: $1 failed${at:+ at $at}: ${line:-see $2} (log: $2)" >&2
-	exit 1
-}
+# fail, module_dir
+# shellcheck source=scripts/lib/go-module.sh
+. scripts/lib/go-module.sh
 
 download() {
 	local m log
@@ -135,10 +130,6 @@ tmp=$(mktemp -d "$cache/capi/.tmp.$key.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/bin" "$tmp/config"
 t0=$SECONDS
-# module_dir MODULE@VERSION: where the module cache holds its archive.
-module_dir() {
-	(cd /tmp && go mod download -json "$1") | sed -nE 's/^[[:space:]]*"Dir": "(.*)",?$/\1/p'
-}
 build_one() { # MODULE VERSION LDFLAGS NAME
 	local log=$logs/build-$4.log start=$SECONDS dir
 	dir=$(module_dir "$1@$2")

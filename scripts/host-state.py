@@ -40,6 +40,8 @@ SYSCTLS = [
     "kernel.panic_on_oops",
     "user.max_user_namespaces",
     "net.ipv4.ip_forward",
+    "fs.inotify.max_user_instances",
+    "fs.inotify.max_user_watches",
 ]
 
 

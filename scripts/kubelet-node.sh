@@ -66,9 +66,10 @@
 # hierarchy (kubelet's cgroupRoot), the bridge sr-kn-<n> (made by the CNI
 # plugin with the first pod) and pods' veths, the sysctls kubelet's
 # protectKernelDefaults wants (vm.overcommit_memory=1, kernel.panic=10,
-# kernel.panic_on_oops=1; the values before are saved under
-# $SR_CONTROL_PLANE_RUN/kubelet-node/ and restored when the last node goes
-# down), /var/log/containers (kubelet's fixed symlink dir), shim sockets in
+# kernel.panic_on_oops=1) and the inotify limits raised to at least
+# fs.inotify.max_user_instances=8192 and max_user_watches=524288 (the values
+# before are saved under $SR_CONTROL_PLANE_RUN/kubelet-node/ and restored
+# when the last node goes down), /var/log/containers (kubelet's fixed symlink dir), shim sockets in
 # /run/containerd/s, runsc state in /run/containerd/runsc. `down` removes all
 # of it.
 #
@@ -90,6 +91,13 @@ busybox_image=sr-kn.local/busybox:1
 # All that kubelet's protectKernelDefaults checks (cm/container_manager_linux.go
 # setupKernelTunables); here the first three differ.
 sysctls=(vm.overcommit_memory=1 kernel.panic=10 kernel.panic_on_oops=1 vm.panic_on_oom=0 kernel.keys.root_maxkeys=1000000 kernel.keys.root_maxbytes=25000000)
+# Raised to at least these while a node is up (never lowered): a kubelet and
+# its containerd hold 18 inotify instances, a control plane 14, and Debian's
+# default of 128 per user runs out with a few nodes beside the test tiers'
+# control planes (kubelet then exits: "Failed to start cAdvisor ...
+# inotify_init: too many open files"). Kubernetes nodes raise them (Talos
+# among them); these are the values kind documents.
+floor_sysctls=(fs.inotify.max_user_instances=8192 fs.inotify.max_user_watches=524288)
 
 die() {
 	printf '%s: %s\n' "$me" "$*" >&2
@@ -263,15 +271,18 @@ sysctl_hold() {
 	if [[ ! -f $hostrun/sysctl.saved ]]; then
 		local s k
 		: >"$hostrun/sysctl.saved.tmp"
-		for s in "${sysctls[@]}"; do
+		for s in "${sysctls[@]}" "${floor_sysctls[@]}"; do
 			k=${s%%=*}
 			printf '%s=%s\n' "$k" "$(sysctl -n "$k")" >>"$hostrun/sysctl.saved.tmp"
 		done
 		mv "$hostrun/sysctl.saved.tmp" "$hostrun/sysctl.saved"
 	fi
 	printf '%s\n' "$n" >"$hostrun/holders/$(printf '%s' "$n" | sha256sum | cut -c1-16)"
-	local out
-	out=$(sysctl -q -w "${sysctls[@]}" 2>&1) || die "cannot set ${sysctls[*]}: $out"
+	local out want=("${sysctls[@]}") f
+	for f in "${floor_sysctls[@]}"; do
+		(($(sysctl -n "${f%%=*}") < ${f#*=})) && want+=("$f")
+	done
+	out=$(sysctl -q -w "${want[@]}" 2>&1) || die "cannot set ${want[*]}: $out"
 	exec 6>&-
 }
 

@@ -135,13 +135,17 @@ background gobuild "$work/gobuild.log" bash -c '
 gobuild_pid=$bg_pid
 # The real Cluster API manager and CABPT (scripts/build-capi.sh: each module's
 # own graph, cached; the CRD and webhook manifests staged from the same
-# archives), for the tests that run them on the real control plane.
-echo "== Go builds: Cluster API, CABPT (background, from t = 0)"
+# archives), for the tests that run them on the real control plane; then
+# Helm v4 (scripts/build-helm.sh), for the controller's chart.
+echo "== Go builds: Cluster API, CABPT, Helm (background, from t = 0)"
 background capibuild "$work/capibuild.log" bash -c '
 	set -e
 	start=$SECONDS
 	scripts/build-capi.sh build
-	echo "cluster api + cabpt: $((SECONDS - start)) s"'
+	echo "cluster api + cabpt: $((SECONDS - start)) s"
+	start=$SECONDS
+	scripts/build-helm.sh build
+	echo "helm: $((SECONDS - start)) s"'
 capibuild_pid=$bg_pid
 
 echo "== fmt"
@@ -222,6 +226,9 @@ await capibuild "$capibuild_pid" "$work/capibuild.log" || {
 }
 if capi_dir=$(scripts/build-capi.sh path); then
 	export SR_CAPI_DIR=$capi_dir
+fi
+if helm_bin=$(scripts/build-helm.sh path); then
+	export SR_HELM_BIN=$helm_bin
 fi
 
 echo "== unit tests"

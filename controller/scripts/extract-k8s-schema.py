@@ -29,6 +29,8 @@ ROOTS = {
     "rbac.authorization.k8s.io/v1/Role": "io.k8s.api.rbac.v1.Role",
     "rbac.authorization.k8s.io/v1/RoleBinding": "io.k8s.api.rbac.v1.RoleBinding",
     "apps/v1/Deployment": "io.k8s.api.apps.v1.Deployment",
+    "v1/Service": "io.k8s.api.core.v1.Service",
+    "policy/v1/PodDisruptionBudget": "io.k8s.api.policy.v1.PodDisruptionBudget",
 }
 PREFIX = "#/$defs/"
 

@@ -190,31 +190,20 @@ fn a_good_node_is_proven_once_and_nothing_is_left_or_taken() {
             .iter()
             .all(|p| p["metadata"]["name"] != proof_pod.as_str())
     });
-    // One Machine write since the agent's True: the proven one (the
-    // Machine's first condition, ConditionNotYetReported, came before it
-    // had a Node condition).
-    let writes = env.mgmt.audit_writes_since(mgmt_mark, |e| {
-        by_controller(e) && machine_status_write(e, &env.ns, "m1") && code(e) == 200
-    });
-    let ours = |e: &AuditEvent| {
-        e["requestObject"]["status"]["conditions"]
-            .as_array()
-            .and_then(|cs| cs.iter().find(|c| c["type"] == env.ty.as_str()))
-            .map(|c| {
-                format!(
-                    "{}/{}",
-                    c["status"].as_str().unwrap_or(""),
-                    c["reason"].as_str().unwrap_or("")
-                )
-            })
-            .unwrap_or_default()
-    };
-    let written: Vec<String> = writes.iter().map(ours).collect();
-    let after_true: Vec<&String> = written
+    // One change of the Machine's condition for the proof: the proven
+    // one, nothing in between (the Machine's first conditions,
+    // NodeNotYetAssigned and ConditionNotYetReported, came before its Node
+    // said True). A change of the Machine's generation (CAPI setting its
+    // providerID) re-writes the same condition with the new
+    // observedGeneration, as for any condition: not a change.
+    let mut written = changes(&env, "m1", mgmt_mark);
+    written.dedup();
+    let proof: Vec<&(String, String, String)> = written
         .iter()
-        .filter(|w| w.ends_with("SandboxProven") || w.ends_with("ProofInProgress"))
+        .filter(|(_, r, _)| r.starts_with("Proof") || r == "SandboxProven")
         .collect();
-    assert_eq!(after_true.len(), 1, "{written:?}");
+    assert_eq!(proof.len(), 1, "{written:#?}");
+    assert_eq!(written.last().map(|w| w.1.as_str()), Some("SandboxProven"));
 
     // The previous leader's pod is swept; the tenant's is never touched.
     env.wl.audit_wait(

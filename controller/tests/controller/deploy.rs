@@ -21,7 +21,8 @@ use std::{path::Path, process::Command, time::Duration};
 use k8s_openapi::{
     api::{
         apps::v1::Deployment,
-        core::v1::{Namespace, ServiceAccount},
+        core::v1::{Namespace, Service, ServiceAccount},
+        policy::v1::PodDisruptionBudget,
         rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding},
     },
     serde::{de::DeserializeOwned, Serialize},
@@ -311,6 +312,8 @@ fn manifests_render_and_match_the_upstream_schema() {
         "Role",
         "RoleBinding",
         "Deployment",
+        "PodDisruptionBudget",
+        "Service",
     ] {
         assert!(kinds.iter().any(|k| k == want), "{want} missing: {kinds:?}");
     }
@@ -323,6 +326,8 @@ fn manifests_render_and_match_the_upstream_schema() {
             "Role" => typed_roundtrip::<Role>(d),
             "RoleBinding" => typed_roundtrip::<RoleBinding>(d),
             "Deployment" => typed_roundtrip::<Deployment>(d),
+            "PodDisruptionBudget" => typed_roundtrip::<PodDisruptionBudget>(d),
+            "Service" => typed_roundtrip::<Service>(d),
             k => panic!("an unchecked kind {k}"),
         }
         if d["kind"] != "Namespace" && !d["kind"].as_str().unwrap().starts_with("Cluster") {

@@ -10,6 +10,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod chart;
 mod deploy;
 mod endpoints;
 mod faults;
