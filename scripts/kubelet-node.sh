@@ -926,21 +926,25 @@ do_down() {
 	# the names hash or name this node's own tasks.
 	# Every id containerd logged (a shim that failed to start leaves its
 	# socket, and its bundle is gone) and every bundle still there.
-	local bd id
+	# (A list of its own: the node's logs/ may already be gone, when its
+	# cluster's directory was removed first, and the node must still be
+	# taken down whole.)
+	local bd id ids
+	ids=$(mktemp)
 	{
 		for bd in "$n"/run/containerd/io.containerd.runtime.v2.task/k8s.io/*; do
 			[[ -d $bd ]] && printf '%s\n' "${bd##*/}"
 		done
 		grep -ohE '\b[0-9a-f]{64}\b' "$n/logs/containerd.log" 2>/dev/null || true
-	} | sort -u >"$n/logs/.ids"
+	} | sort -u >"$ids"
 	while read -r id; do
 		[[ -n $id ]] || continue
 		for bd in "$sock/k8s.io/$id" "$sock/k8s.io/$id/debug"; do
 			rm -f "/run/containerd/s/$(printf '%s' "$bd" | sha256sum | cut -c1-64)"
 		done
 		[[ -d /run/containerd/runsc/k8s.io/$id ]] && rm -rf "/run/containerd/runsc/k8s.io/$id"
-	done <"$n/logs/.ids"
-	rm -f "$n/logs/.ids"
+	done <"$ids"
+	rm -f "$ids"
 	rmdir /run/containerd/runsc/k8s.io /run/containerd/runsc /run/containerd/s /run/containerd 2>/dev/null || true
 	sysctl_release
 	release_ports

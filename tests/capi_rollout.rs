@@ -776,6 +776,88 @@ fn a_rollout_waits_for_the_pod_proof_on_real_kubelet_nodes() {
     }
 }
 
+/// 7. A pool of Cozystack's shape (docs/deployment/cozystack.md): the
+///    MachineDeployment applied as `cluster.x-k8s.io/v1beta1`, as Cozystack's
+///    `KubernetesNodes` renders it, and a TalosConfigTemplate of its form
+///    (`generateType: none`, the whole machine config in `data`, named with
+///    a content hash) rendered by the real CABPT. The change that raises the
+///    limit is a new template of that form with `machine.sysctls` and the
+///    agent's document: it reaches each new Machine (its node boots with
+///    the raised limit), and each new Machine is Ready only once its agent's
+///    desired state and the controller's (read from the same template)
+///    agree and say True.
+#[test]
+fn a_cozystack_shaped_pool_rolls_gated() {
+    const V1BETA1: &str = "/apis/cluster.x-k8s.io/v1beta1";
+    let cozy_config = |sysctls: bool| {
+        let mut cfg = String::from(
+            "version: v1alpha1\npersist: true\nmachine:\n  type: worker\n  token: cozy-machine-token\n  ca:\n    crt: \"\"\n  kubelet:\n    image: ghcr.io/siderolabs/kubelet:v1.33.4\n  install:\n    disk: /dev/vda\n    image: registry.example.com/platform/installer-sandbox-readiness:v1.11.5\n  nodeLabels:\n    example.com/pool: gvisor\n",
+        );
+        if sysctls {
+            cfg.push_str("  sysctls:\n    user.max_user_namespaces: \"11255\"\n");
+        }
+        cfg.push_str("cluster:\n  controlPlane:\n    endpoint: https://kubernetes-tenant-a.tenant-a.svc:6443\n  clusterName: c1\n  network:\n    dnsDomain: cluster.local\n    podSubnets: [10.244.0.0/16]\n    serviceSubnets: [10.96.0.0/16]\n  token: cozyab.bootstraptoken1\n");
+        if sysctls {
+            cfg.push_str("---\napiVersion: v1alpha1\nkind: ExtensionServiceConfig\nname: sandbox-readiness\nenvironment:\n  - SANDBOX_READINESS_LISTEN=127.0.0.1:10150\n  - SANDBOX_READINESS_KUBECONFIG=/etc/kubernetes/kubeconfig-kubelet\n  - SANDBOX_READINESS_SYSCTL=user.max_user_namespaces=11255\n  - SANDBOX_READINESS_REQUIRE_USERNS=true\n");
+        } else {
+            cfg.push_str("---\napiVersion: v1alpha1\nkind: ExtensionServiceConfig\nname: sandbox-readiness\nenvironment:\n  - SANDBOX_READINESS_LISTEN=127.0.0.1:10150\n  - SANDBOX_READINESS_KUBECONFIG=/etc/kubernetes/kubeconfig-kubelet\n  - SANDBOX_READINESS_SYSCTL=user.max_user_namespaces=0\n");
+        }
+        cfg
+    };
+    let tct = |name: &str, sysctls: bool| {
+        json!({"apiVersion": "bootstrap.cluster.x-k8s.io/v1alpha3", "kind": "TalosConfigTemplate",
+            "metadata": {"name": name, "namespace": "pool-a"},
+            "spec": {"template": {"spec": {"generateType": "none", "talosVersion": "v1.11",
+                "data": cozy_config(sysctls)}}}})
+    };
+    let pool = Pool::start_with(
+        true,
+        Some(&|o: &mut Value| {
+            if o["kind"] == "MachineDeployment" {
+                // As Cozystack renders it: v1beta1, its refs by apiVersion,
+                // its strategy and minReadySeconds where v1beta1 has them.
+                *o = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "MachineDeployment",
+                    "metadata": {"name": "workers", "namespace": "pool-a"},
+                    "spec": {"clusterName": "c1", "replicas": 2, "minReadySeconds": 1,
+                        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+                        "selector": {"matchLabels": {"cluster.x-k8s.io/deployment-name": "workers"}},
+                        "template": {"metadata": {"labels": {"cluster.x-k8s.io/deployment-name": "workers"}},
+                            "spec": {"clusterName": "c1",
+                                "bootstrap": {"configRef": {"apiVersion": "bootstrap.cluster.x-k8s.io/v1alpha3",
+                                    "kind": "TalosConfigTemplate", "name": "kubernetes-c1-md0-1a2b3c"}},
+                                "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+                                    "kind": "TestMachineTemplate", "name": "workers"},
+                                "readinessGates": [{"conditionType": GATE}]}}}});
+            }
+        }),
+    );
+    pool.mgmt.kubectl_ok(
+        &["apply", "--server-side", "-f", "-"],
+        Some(&tct("kubernetes-c1-md0-1a2b3c", false).to_string()),
+    );
+    let old = pool.wait_ready(2, Duration::from_secs(240));
+    pool.mgmt.kubectl_ok(
+        &["apply", "--server-side", "-f", "-"],
+        Some(&tct("kubernetes-c1-md0-9f8e7d", true).to_string()),
+    );
+    // The pool moved to the new template through the v1beta1 API.
+    pool.mgmt.write(
+        "PATCH",
+        &format!("{V1BETA1}/namespaces/{}/machinedeployments/workers", pool.ns),
+        "application/merge-patch+json",
+        &json!({"spec": {"template": {"spec": {"bootstrap": {"configRef": {"name": "kubernetes-c1-md0-9f8e7d"}}}}}}),
+    );
+    let new = watch_rollout(&pool, &old, 2, Duration::from_secs(300), |_, _| {});
+    assert_new_nodes_raised(&pool, &new);
+    for m in new.keys() {
+        assert_eq!(
+            gate_of(&pool, m),
+            Some(("True".to_string(), "Converged".to_string())),
+            "{m}: the agent and the controller did not agree on the pool's desired state"
+        );
+    }
+}
+
 /// 5. A workload cluster down (its control plane stopped) for longer than
 ///    `--stale-after`: the controller writes each Machine's condition once
 ///    (Unknown, stale) and then nothing more while the outage lasts — no

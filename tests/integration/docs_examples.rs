@@ -46,6 +46,12 @@ const NOT_APPLIED: &[(&str, &str, &str)] = &[
         "kustomize's input: built over deploy/ by the overlay test below",
     ),
     (
+        "helm.toolkit.fluxcd.io/v2",
+        "HelmRelease",
+        "FluxCD's CRD: Flux is not run here (the chart it installs is installed for real by \
+         controller/tests/controller/chart.rs)",
+    ),
+    (
         "readiness.node.x-k8s.io/v1alpha1",
         "NodeReadinessRule",
         "node-readiness-controller's CRD: the module proxy refuses its module \

@@ -138,6 +138,15 @@ struct World {
     record: Arc<Mutex<Record>>,
 }
 
+impl Drop for World {
+    /// The kubelet nodes first: their `down` needs their cluster's
+    /// directory, which the workload RealCluster (a field dropped before
+    /// them) removes.
+    fn drop(&mut self) {
+        self.kubelets.clear();
+    }
+}
+
 /// The items of a list; none when the read failed (the next tick reads
 /// again: a provider outlives a busy or restarting server).
 fn items(list: Result<Option<Value>, String>) -> Vec<Value> {
