@@ -50,6 +50,10 @@ struct Args {
     /// Leader election, endpoints, client limits (controller-ops).
     #[command(flatten)]
     ops: ops::OpsArgs,
+    /// Log format on stderr: text, or json (one object per line, for a
+    /// cluster's log pipeline; the agent's variable and values).
+    #[arg(long, env = "SANDBOX_READINESS_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
 }
 
 /// `metav1.Condition.type`: an optional DNS subdomain prefix and `/`, then
@@ -213,12 +217,16 @@ fn main() -> ExitCode {
         .ok()
         .and_then(|s| s.parse::<tracing::Level>().ok())
         .unwrap_or(tracing::Level::INFO);
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_target(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_max_level(level)
-        .init();
+        .with_max_level(level);
+    if args.log_format == "json" {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

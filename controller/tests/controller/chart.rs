@@ -92,6 +92,8 @@ const ALL: &[&str] = &[
     "--set",
     "logLevel=debug",
     "--set",
+    "logFormat=json",
+    "--set",
     "metrics.serviceMonitor.enabled=true",
     "--set",
     "metrics.serviceMonitor.labels.release=kube-prometheus-stack",

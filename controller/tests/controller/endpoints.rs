@@ -15,6 +15,7 @@ use std::{
 };
 
 use common::{code, Env};
+use serde_json::Value;
 
 const SYSCTL: (&str, &str) = ("user.max_user_namespaces", "11255");
 
@@ -385,4 +386,36 @@ fn prometheus_scrapes_and_sees_the_condition_flip() {
         &(before + 1).to_string(),
         within,
     );
+}
+
+/// `--log-format json` (or SANDBOX_READINESS_LOG_FORMAT=json, as the chart
+/// sets it): every line the controller writes is one JSON object with its
+/// level and message.
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let env = Env::start();
+    let ctl = env.controller_as(
+        &env.mgmt_kubeconfig,
+        &[],
+        &[("SANDBOX_READINESS_LOG_FORMAT", "json")],
+    );
+    common::poll(
+        Duration::from_secs(30),
+        "the controller's start line",
+        || {
+            ctl.log()
+                .contains("mirroring Node conditions onto Machines")
+        },
+    );
+    let log = ctl.log();
+    let mut n = 0;
+    for line in log.lines().filter(|l| !l.trim().is_empty()) {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(
+            v["level"].is_string() && v["fields"]["message"].is_string(),
+            "{line}"
+        );
+        n += 1;
+    }
+    assert!(n >= 1, "{log}");
 }
