@@ -58,10 +58,34 @@ pub struct Metrics {
     workload_errors: Mutex<BTreeMap<String, u64>>,
     reconcile_time: DurationHistogram,
     /// Pod proofs ended, by outcome (proven, failed, unknown).
-    proofs: Mutex<BTreeMap<&'static str, u64>>,
+    proofs: Tally,
     proof_time: DurationHistogram,
     /// Writes in workload clusters for the proof, by verb (create, delete).
-    proof_writes: Mutex<BTreeMap<&'static str, u64>>,
+    proof_writes: Tally,
+}
+
+/// A counter per fixed label value.
+#[derive(Debug, Default)]
+struct Tally(Mutex<BTreeMap<&'static str, u64>>);
+
+impl Tally {
+    fn bump(&self, key: &'static str) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key)
+            .or_default() += 1;
+    }
+
+    fn get(&self, key: &str) -> u64 {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .copied()
+            .unwrap_or_default()
+    }
 }
 
 fn unix_now() -> u64 {
@@ -166,28 +190,18 @@ impl Metrics {
             .retain(|c, _| keep(c));
     }
 
-    /// The exposition text.
     /// A pod proof ended with `outcome` after `took`.
     pub fn proof_done(&self, outcome: &'static str, took: Duration) {
-        *self
-            .proofs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(outcome)
-            .or_default() += 1;
+        self.proofs.bump(outcome);
         self.proof_time.observe(took);
     }
 
     /// A write in a workload cluster for the proof (`create`, `delete`).
     pub fn proof_write(&self, verb: &'static str) {
-        *self
-            .proof_writes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(verb)
-            .or_default() += 1;
+        self.proof_writes.bump(verb);
     }
 
+    /// The exposition text.
     pub fn render(&self, version: &str, g: &Gauges) -> String {
         const P: &str = "sandbox_readiness_controller_";
         let n = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
@@ -292,39 +306,26 @@ impl Metrics {
                 *v as f64,
             );
         }
-        e.family(
-            &name("proofs_total"),
-            Kind::Counter,
-            "Pod proofs ended, by outcome: proven (every pod ran), failed (kubelet could not run one), unknown (the controller could not tell).",
-        );
-        for outcome in ["proven", "failed", "unknown"] {
-            let v = self
-                .proofs
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(outcome)
-                .copied()
-                .unwrap_or_default();
-            e.sample(&name("proofs_total"), &[("outcome", outcome)], v as f64);
-        }
-        e.family(
-            &name("proof_workload_writes_total"),
-            Kind::Counter,
-            "Writes in workload clusters for the pod proof, by verb (create: the namespace and pods; delete: pods).",
-        );
-        for verb in ["create", "delete"] {
-            let v = self
-                .proof_writes
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(verb)
-                .copied()
-                .unwrap_or_default();
-            e.sample(
-                &name("proof_workload_writes_total"),
-                &[("verb", verb)],
-                v as f64,
-            );
+        for (metric, help, label, keys, tally) in [
+            (
+                "proofs_total",
+                "Pod proofs ended, by outcome: proven (every pod ran), failed (kubelet could not run one), unknown (the controller could not tell).",
+                "outcome",
+                &["proven", "failed", "unknown"][..],
+                &self.proofs,
+            ),
+            (
+                "proof_workload_writes_total",
+                "Writes in workload clusters for the pod proof, by verb (create: the namespace and pods; delete: pods).",
+                "verb",
+                &["create", "delete"][..],
+                &self.proof_writes,
+            ),
+        ] {
+            e.family(&name(metric), Kind::Counter, help);
+            for k in keys {
+                e.sample(&name(metric), &[(label, k)], tally.get(k) as f64);
+            }
         }
         let p = self.proof_time.snapshot();
         e.histogram(

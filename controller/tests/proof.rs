@@ -231,22 +231,12 @@ fn a_good_node_is_proven_once_and_nothing_is_left_or_taken() {
     env.agent_writes("k1", "True", "Converged", &[]);
     // The controller's pass over m1 since: a Node change reconciles it; a
     // proof started there would have created its pod before this pass ends.
-    poll(
-        Duration::from_secs(30),
-        "the controller's pass over m1 after the restart",
-        || {
-            c.log()[from..]
-                .lines()
-                .any(|l| l.contains("condition unchanged") && l.contains(&format!("{}/m1", env.ns)))
-        },
-    );
-    env.wl.audit_barrier();
-    let again = env
-        .wl
-        .audit_writes_since(restart, |e| pod_writes(e, "create"));
-    assert!(
-        again.is_empty(),
-        "proven again after a restart of the same boot: {again:#?}"
+    no_new_proof(
+        &env,
+        &c,
+        from,
+        restart,
+        "a restart of kubelet and containerd (same boot)",
     );
     assert_eq!(env.status("m1").as_deref(), Some("True"));
     // Nor after the controller restarts: the proof is read back from the
@@ -257,23 +247,7 @@ fn a_good_node_is_proven_once_and_nothing_is_left_or_taken() {
         &[],
         &[("SANDBOX_READINESS_LOG", "debug")],
     );
-    poll(
-        Duration::from_secs(30),
-        "the restarted controller's pass over m1",
-        || {
-            c.log()
-                .lines()
-                .any(|l| l.contains("condition unchanged") && l.contains(&format!("{}/m1", env.ns)))
-        },
-    );
-    env.wl.audit_barrier();
-    let again = env
-        .wl
-        .audit_writes_since(restart, |e| pod_writes(e, "create"));
-    assert!(
-        again.is_empty(),
-        "proven again after a controller restart: {again:#?}"
-    );
+    no_new_proof(&env, &c, 0, restart, "a controller restart");
     // The proof's Event.
     assert!(
         env.events("m1")
@@ -314,6 +288,31 @@ fn a_good_node_is_proven_once_and_nothing_is_left_or_taken() {
         "{msg}"
     );
     drop(k1);
+}
+
+/// After controller `c` logged a pass over m1 (its log from byte `from`:
+/// "condition unchanged", a proof held for this boot), no proof pod was
+/// created in the workload cluster since `mark`.
+fn no_new_proof(
+    env: &Env,
+    c: &common::Controller,
+    from: usize,
+    mark: common::cluster::AuditMark,
+    after: &str,
+) {
+    let m1 = format!("{}/m1", env.ns);
+    poll(
+        Duration::from_secs(30),
+        &format!("the controller's pass over m1 after {after}"),
+        || {
+            c.log()[from..]
+                .lines()
+                .any(|l| l.contains("condition unchanged") && l.contains(&m1))
+        },
+    );
+    env.wl.audit_barrier();
+    let again = env.wl.audit_writes_since(mark, |e| pod_writes(e, "create"));
+    assert!(again.is_empty(), "proven again after {after}: {again:#?}");
 }
 
 /// Each broken node fails its proof with kubelet's words on the Machine,

@@ -59,13 +59,6 @@ const NOT_APPLIED: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// The prometheus-operator CRDs the monitoring page's objects need, from the
-/// module archive scripts/build-capi.sh stages (its `config/prometheus-operator`).
-const PROMETHEUS_CRDS: &[&str] = &[
-    "monitoring.coreos.com_servicemonitors.yaml",
-    "monitoring.coreos.com_prometheusrules.yaml",
-];
-
 /// One Kubernetes object shown in the docs.
 struct Example {
     origin: String,
@@ -116,25 +109,8 @@ fn judge() -> &'static RealCluster {
 fn start_judge() -> RealCluster {
     let cluster = RealCluster::private();
     cluster.start_capi();
-    let staged = Path::new(&cluster.capi_env("CAPI_DIR").expect("CAPI_DIR in capi.env"))
-        .join("config/prometheus-operator");
-    for crd in PROMETHEUS_CRDS {
-        let file = staged.join(crd);
-        cluster.kubectl_ok(
-            &["apply", "--server-side", "-f", file.to_str().unwrap()],
-            None,
-        );
-    }
-    cluster.kubectl_ok(
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/servicemonitors.monitoring.coreos.com",
-            "crd/prometheusrules.monitoring.coreos.com",
-        ],
-        None,
-    );
+    // The monitoring page's ServiceMonitor and PrometheusRule.
+    cluster.register_prometheus_operator_crds();
     cluster
 }
 

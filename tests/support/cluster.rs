@@ -226,6 +226,39 @@ impl RealCluster {
         );
     }
 
+    /// Registers the Prometheus Operator's ServiceMonitor and PrometheusRule
+    /// CRDs (from the module archive scripts/build-capi.sh stages beside
+    /// Cluster API, `config/prometheus-operator`; `capi` must have run) and
+    /// waits until they are served.
+    pub fn register_prometheus_operator_crds(&self) {
+        let staged = Path::new(&self.capi_env("CAPI_DIR").expect("CAPI_DIR in capi.env"))
+            .join("config/prometheus-operator");
+        for crd in [
+            "monitoring.coreos.com_servicemonitors.yaml",
+            "monitoring.coreos.com_prometheusrules.yaml",
+        ] {
+            self.kubectl_ok(
+                &[
+                    "apply",
+                    "--server-side",
+                    "-f",
+                    staged.join(crd).to_str().unwrap(),
+                ],
+                None,
+            );
+        }
+        self.kubectl_ok(
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd/servicemonitors.monitoring.coreos.com",
+                "crd/prometheusrules.monitoring.coreos.com",
+            ],
+            None,
+        );
+    }
+
     /// Registers the test providers' CRDs (tests/support/capi/crds.yaml:
     /// the played infrastructure and control plane) and waits until they
     /// are served.

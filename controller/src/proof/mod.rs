@@ -127,6 +127,15 @@ enum Entry {
     },
 }
 
+impl Entry {
+    /// Results that did not prove, in a row, before or up to this entry.
+    fn results(&self) -> u32 {
+        match self {
+            Entry::Running { results, .. } | Entry::Settled { results, .. } => *results,
+        }
+    }
+}
+
 /// The proofs of this process, per Machine.
 #[derive(Default)]
 pub struct Proofs {
@@ -184,39 +193,32 @@ impl Proofs {
     /// The running proof of `k` on `boot`, started now if there is none.
     fn running(&self, k: &Key, boot: &str) -> (Instant, HashMap<String, String>) {
         let mut m = lock(&self.entries);
-        let results = match m.get(k) {
-            Some(Entry::Settled { results, .. }) => *results,
-            Some(Entry::Running { results, .. }) => *results,
-            None => 0,
-        };
-        let e = m.entry(k.clone()).or_insert_with(|| Entry::Running {
-            boot: boot.into(),
-            started: Instant::now(),
-            touched: Instant::now(),
-            pods: HashMap::new(),
-            results,
-        });
-        if !matches!(e, Entry::Running { boot: b, .. } if b == boot) {
-            *e = Entry::Running {
+        let now = Instant::now();
+        if let Some(Entry::Running {
+            boot: b,
+            started,
+            touched,
+            pods,
+            ..
+        }) = m.get_mut(k)
+        {
+            if b == boot {
+                *touched = now;
+                return (*started, pods.clone());
+            }
+        }
+        let results = m.get(k).map_or(0, Entry::results);
+        m.insert(
+            k.clone(),
+            Entry::Running {
                 boot: boot.into(),
-                started: Instant::now(),
-                touched: Instant::now(),
+                started: now,
+                touched: now,
                 pods: HashMap::new(),
                 results,
-            };
-        }
-        match e {
-            Entry::Running {
-                started,
-                touched,
-                pods,
-                ..
-            } => {
-                *touched = Instant::now();
-                (*started, pods.clone())
-            }
-            Entry::Settled { .. } => (Instant::now(), HashMap::new()),
-        }
+            },
+        );
+        (now, HashMap::new())
     }
 
     fn own(&self, k: &Key, combo: &Combo, pod: &str) {
@@ -244,10 +246,7 @@ impl Proofs {
     /// proof forgets them.
     fn settle(&self, k: &Key, boot: &str, req: &Request, v: &Verdict) -> u32 {
         let mut m = lock(&self.entries);
-        let before = match m.get(k) {
-            Some(Entry::Running { results, .. } | Entry::Settled { results, .. }) => *results,
-            None => 0,
-        };
+        let before = m.get(k).map_or(0, Entry::results);
         if v.status == Status::True {
             m.remove(k);
             return 0;

@@ -171,32 +171,7 @@ fn the_chart_lints_and_deploy_is_its_rendering() {
 #[test]
 fn every_object_the_chart_renders_passes_the_real_server() {
     let env = Env::with_private_management();
-    let staged = Path::new(&env.mgmt.capi_env("CAPI_DIR").expect("CAPI_DIR in capi.env"))
-        .join("config/prometheus-operator");
-    for crd in [
-        "monitoring.coreos.com_servicemonitors.yaml",
-        "monitoring.coreos.com_prometheusrules.yaml",
-    ] {
-        env.mgmt.kubectl_ok(
-            &[
-                "apply",
-                "--server-side",
-                "-f",
-                staged.join(crd).to_str().unwrap(),
-            ],
-            None,
-        );
-    }
-    env.mgmt.kubectl_ok(
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/servicemonitors.monitoring.coreos.com",
-            "crd/prometheusrules.monitoring.coreos.com",
-        ],
-        None,
-    );
+    env.mgmt.register_prometheus_operator_crds();
     env.mgmt
         .kubectl_ok(&["create", "namespace", "chart-dry-run"], None);
     let mut args = vec!["template", "r1", CHART, "--namespace", "chart-dry-run"];
