@@ -264,9 +264,9 @@ sysctl_hold() {
 	exec 6>"$hostrun/sysctl.lock"
 	flock 6
 	local h
-	for h in "$hostrun"/holders/*; do # holders whose node is gone
+	for h in "$hostrun"/holders/*; do # holders whose node is gone (neither up nor starting)
 		[[ -e $h ]] || continue
-		[[ -f $(<"$h")/node.env || $(<"$h") == "$n" ]] || rm -f "$h"
+		[[ -f $(<"$h")/node.env || -f $(<"$h")/.starting || $(<"$h") == "$n" ]] || rm -f "$h"
 	done
 	if [[ ! -f $hostrun/sysctl.saved ]]; then
 		local s k
@@ -294,7 +294,9 @@ sysctl_release() {
 	local h left=0
 	for h in "$hostrun"/holders/*; do
 		[[ -e $h ]] || continue
-		if [[ -f $(<"$h")/node.env ]]; then left=1; else rm -f "$h"; fi
+		# A node still starting (no node.env yet) holds too: restoring the
+		# sysctls under it would fail its kubelet's protectKernelDefaults.
+		if [[ -f $(<"$h")/node.env || -f $(<"$h")/.starting ]]; then left=1; else rm -f "$h"; fi
 	done
 	if ((!left)) && [[ -f $hostrun/sysctl.saved ]]; then
 		local line

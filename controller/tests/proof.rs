@@ -446,7 +446,11 @@ fn an_outage_during_a_proof_changes_little_and_leaves_no_pod() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(status, "True", "{msg}");
-    let written = changes(&env, "m1", mark);
+    // Changes, not writes: a change of the Machine's generation re-writes
+    // the same condition with its new observedGeneration (as in the first
+    // test).
+    let mut written = changes(&env, "m1", mark);
+    written.dedup();
     println!("condition changes through the outage: {written:?}");
     assert!(!written.is_empty() && written.len() <= 2, "{written:#?}");
     poll(Duration::from_secs(60), "every proof pod gone", || {
