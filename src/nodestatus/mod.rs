@@ -28,6 +28,14 @@ pub const DEFAULT_CONDITION_TYPE: &str = "sandbox-readiness.io/SandboxReady";
 /// annotation `talos.dev/owned-labels`).
 pub const OWNED_LABELS_ANNOTATION: &str = "sandbox-readiness.io/owned-labels";
 
+/// The annotation holding the bootID (`/proc/sys/kernel/random/boot_id`)
+/// of the observation the Node's condition was written from. Written after
+/// the condition, in the same metadata patch as the labels, so a reader
+/// that sees it equal to kubelet's `status.nodeInfo.bootID` knows the
+/// condition is this boot's; a condition left from before a reboot (or a
+/// Node another machine registered under the same name) carries another.
+pub const VERDICT_BOOT_ANNOTATION: &str = "sandbox-readiness.io/verdict-boot";
+
 /// The annotation holding the desired state the node was judged against
 /// (written and parsed by the desired-state library).
 pub const DESIRED_ANNOTATION: &str = crate::desired::ANNOTATION;
