@@ -357,7 +357,7 @@ fn manifests_render_and_match_the_upstream_schema() {
         .map(|a| a.as_str().unwrap())
         .collect();
     assert!(args.contains(&"--leader-elect=true"), "{args:?}");
-    assert!(args.contains(&"--http-listen=0.0.0.0:8080"), "{args:?}");
+    assert!(args.contains(&"--http-listen=[::]:8080"), "{args:?}");
     // The binding names the ServiceAccount the Deployment runs as.
     let crb = docs
         .iter()

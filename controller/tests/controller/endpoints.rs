@@ -388,6 +388,33 @@ fn prometheus_scrapes_and_sees_the_condition_flip() {
     );
 }
 
+/// `--http-listen [::]:PORT` (the chart's default): one dual-stack socket
+/// that serves `/healthz` on IPv6 (`[::1]`) and IPv4 (`127.0.0.1`, taken as
+/// an IPv4-mapped address while `net.ipv6.bindv6only` is 0, the kernel's
+/// default and what a pod's network namespace starts with).
+#[test]
+fn bound_to_the_ipv6_wildcard_it_serves_ipv6_and_ipv4() {
+    let bindv6only = std::fs::read_to_string("/proc/sys/net/ipv6/bindv6only")
+        .expect("no /proc/sys/net/ipv6/bindv6only: this machine has no IPv6");
+    assert_eq!(
+        bindv6only.trim(),
+        "0",
+        "net.ipv6.bindv6only=1 here: a [::] socket would take IPv6 only"
+    );
+    let env = Env::start();
+    let ctl = env.controller(&["--http-listen", "[::]:0"]);
+    let bound = endpoints(&ctl);
+    assert!(
+        bound.ip().is_unspecified() && bound.is_ipv6(),
+        "bound to {bound}"
+    );
+    for ip in ["::1", "127.0.0.1"] {
+        let addr = SocketAddr::new(ip.parse().unwrap(), bound.port());
+        let (status, head, body) = http(addr, "GET", "/healthz");
+        assert_eq!(status, 200, "{addr}: {head}\n{body}");
+    }
+}
+
 /// `--log-format json` (or SANDBOX_READINESS_LOG_FORMAT=json, as the chart
 /// sets it): every line the controller writes is one JSON object with its
 /// level and message.
