@@ -17,6 +17,9 @@
 //!   `Unknown` / `ConditionNotYetReported`;
 //! - the Node condition's heartbeat older than `--stale-after` →
 //!   `Unknown` / `ConditionStale` (the agent's heartbeat is 5 min);
+//! - the condition observed on another boot than the Node's
+//!   `status.nodeInfo.bootID` (the agent's `sandbox-readiness.io/verdict-boot`)
+//!   → `Unknown` / `VerdictOfAnotherBoot`: a reboot nobody checked yet;
 //! - the Node says `False` or `Unknown` → the same, with its reason;
 //! - the Node says `True` but its `sandbox-readiness.io/desired`
 //!   annotation does not cover the machine config the node booted with →
@@ -43,6 +46,8 @@ pub const DESIRED_STATE_NOT_CHECKED: &str = "DesiredStateNotChecked";
 pub const GATE_POLARITY_NEGATIVE: &str = "GatePolarityNegative";
 pub const WORKLOAD_KUBECONFIG_REFUSED: &str = "WorkloadKubeconfigRefused";
 pub const NODE_OF_ANOTHER_MACHINE: &str = "NodeOfAnotherMachine";
+pub const VERDICT_OF_ANOTHER_BOOT: &str = "VerdictOfAnotherBoot";
+pub const TOO_MANY_NODES: &str = "TooManyNodes";
 /// Reasons used when the Node's own condition carries none (the agent
 /// always writes one; another writer might not).
 pub const NODE_READY_FALLBACK: &str = "NodeSandboxReady";
@@ -87,6 +92,9 @@ pub enum NodeSeen {
         node_provider: String,
         machine_provider: String,
     },
+    /// The workload cluster's cache holds `cap` Node names already; this
+    /// one is past it.
+    TooMany { node: String, cap: usize },
     /// The Node as read, and what it is judged against: the desired state
     /// read from the machine config the node booted with (the pool is read
     /// only when the Node says `True`; else [`Pool::Own`]).
@@ -210,6 +218,14 @@ pub fn decide(
             CONDITION_NOT_YET_REPORTED,
             format!("Node {node} is not in the workload cluster"),
         ),
+        NodeSeen::TooMany { node, cap } => verdict(
+            Status::Unknown,
+            TOO_MANY_NODES,
+            format!(
+                "the controller keeps at most {cap} Nodes per workload cluster and this cluster's \
+                 Machines name more: Node {node} is not read"
+            ),
+        ),
         NodeSeen::OtherMachine {
             node,
             node_provider,
@@ -288,6 +304,7 @@ pub fn recheck_in(
         NodeSeen::NoNodeRef
         | NodeSeen::Refused { .. }
         | NodeSeen::NoNode { .. }
+        | NodeSeen::TooMany { .. }
         | NodeSeen::OtherMachine { .. } => None,
     }
 }
@@ -330,6 +347,16 @@ fn node_decision(
                     humantime::format_duration(stale_after)
                 ),
             );
+        }
+        (Judged::AnotherBoot { verdict: was, node: current }, _) => {
+            return verdict(
+                Status::Unknown,
+                VERDICT_OF_ANOTHER_BOOT,
+                format!(
+                    "Node {node}'s condition was observed on boot {was}; the node now runs boot {current} \
+                     (status.nodeInfo.bootID): its verdict for this boot is not written yet"
+                ),
+            )
         }
         (Judged::NoHeartbeat, _) => {
             return verdict(
@@ -431,6 +458,7 @@ mod tests {
             name: "w1".into(),
             condition,
             desired,
+            boot: Default::default(),
         };
         (r, pool)
     }
@@ -670,6 +698,35 @@ mod tests {
             v.message
         );
         assert!(v.message.contains("11255"), "{}", v.message);
+    }
+
+    /// A condition observed on another boot than the one the Node runs
+    /// now is nobody's verdict on this boot, whatever it says; the same
+    /// boot, or an agent that records none, is read as before.
+    #[test]
+    fn a_verdict_of_another_boot_is_unknown() {
+        use Status::*;
+        let on = |verdict: Option<&str>, status: Status| {
+            let mut seen = node(status, "R", Some(9_990), D::Covered);
+            if let NodeSeen::Node { reading, .. } = &mut seen {
+                reading.boot.node = "b2".into();
+                reading.boot.verdict = verdict.map(Into::into);
+            }
+            match decide(&seen, true, t(10_000), STALE) {
+                Decision::Write(v) => Some((v.status, v.reason, v.message)),
+                Decision::Keep => None,
+            }
+        };
+        for status in [True, False] {
+            let (s, reason, message) = on(Some("b1"), status).unwrap();
+            assert_eq!((s, reason.as_str()), (Unknown, VERDICT_OF_ANOTHER_BOOT));
+            assert!(
+                message.contains("b1") && message.contains("b2"),
+                "{message}"
+            );
+        }
+        assert_eq!(on(Some("b2"), True).map(|v| v.0), Some(True));
+        assert_eq!(on(None, True).map(|v| v.0), Some(True));
     }
 
     /// A stale verdict says the same at every pass of an outage: the

@@ -188,18 +188,32 @@ impl Context {
         // no Delete event) or a pool deselected (a rotated credential would
         // otherwise be retried for ever) is dropped here.
         let ty = &self.settings.condition_type;
-        let needed: HashSet<Key> = machines
-            .iter()
-            .filter_map(|m| {
-                let ns = m.namespace()?;
-                let whole = serde_json::to_value(m.as_ref()).ok()?;
+        // A standby holds no workload connection: it writes nothing, and a
+        // second watch on every tenant's API server would buy only the one
+        // list per cluster a new leader makes (Machines keep their
+        // conditions meanwhile).
+        let standby = self.gate.elected() && !self.gate.may_write();
+        let mut nodes: HashMap<Key, HashSet<String>> = HashMap::new();
+        if !standby {
+            for m in machines.iter() {
+                let Some(ns) = m.namespace() else { continue };
+                let Ok(whole) = serde_json::to_value(m.as_ref()) else {
+                    continue;
+                };
                 let v = machine::view(&whole, ty);
-                let cluster = v.cluster?;
-                (machine::selected(&v, |d| self.deployment_mirrored(&ns, d))
-                    && self.cluster(&ns, cluster).is_some())
-                .then(|| (ns.clone(), cluster.to_string()))
-            })
-            .collect();
+                let Some(cluster) = v.cluster else { continue };
+                if !machine::selected(&v, |d| self.deployment_mirrored(&ns, d))
+                    || self.cluster(&ns, cluster).is_none()
+                {
+                    continue;
+                }
+                let names = nodes.entry((ns.clone(), cluster.to_string())).or_default();
+                if let Some(n) = v.node {
+                    names.insert(n.to_string());
+                }
+            }
+        }
+        let needed: HashSet<Key> = nodes.keys().cloned().collect();
         let dropped: Vec<Key> = {
             let mut w = lock(&self.workloads);
             let gone: Vec<Key> = w.keys().filter(|k| !needed.contains(*k)).cloned().collect();
@@ -208,9 +222,22 @@ impl Context {
             }
             gone
         };
+        // Each cluster keeps only the Nodes its selected Machines name; one
+        // busy with a reconcile is pruned at the next tick.
+        let kept: Vec<(Key, Arc<tokio::sync::Mutex<Workload>>)> = lock(&self.workloads)
+            .iter()
+            .map(|(k, w)| (k.clone(), w.clone()))
+            .collect();
+        for (k, w) in kept {
+            if let (Ok(w), Some(names)) = (w.try_lock(), nodes.get(&k)) {
+                w.retain_nodes(names);
+            }
+        }
         for k in &dropped {
             let cluster = format!("{}/{}", k.0, k.1);
-            if self.cluster(&k.0, &k.1).is_none() {
+            if standby {
+                tracing::info!(cluster = %cluster, "not the leader; the workload client is dropped");
+            } else if self.cluster(&k.0, &k.1).is_none() {
                 tracing::info!(cluster = %cluster, "Cluster deleted; its workload client is dropped");
             } else {
                 tracing::info!(cluster = %cluster, "no selected Machine needs this workload cluster; its workload client is dropped");

@@ -29,6 +29,7 @@ pub mod leader;
 pub mod machine;
 pub mod metrics;
 pub mod node;
+pub mod nodecache;
 pub mod ops;
 pub mod patch;
 pub mod proof;

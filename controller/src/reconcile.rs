@@ -82,6 +82,12 @@ async fn reconcile_machine(cached: &DynamicObject, ctx: &Context) -> Result<Acti
     if !ctx.metrics.synced() {
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
+    // A standby decides nothing (it would write nothing, and would hold a
+    // watch on every workload cluster for it); it looks at every Machine
+    // when its gate opens.
+    if ctx.gate.elected() && !ctx.gate.may_write() {
+        return Ok(Action::await_change());
+    }
     let ty = &ctx.settings.condition_type;
     let k = key(cached);
     let current = ctx.current(&k, cached);
@@ -163,7 +169,7 @@ async fn seen(ctx: &Context, ns: &str, v: &MachineView<'_>, cluster_exists: bool
         let mut w = w.lock().await;
         w.maintain(&ctx.mgmt, ctx.settings.secret_resync, &ctx.reporting)
             .await;
-        w.lookup(node_name)
+        w.lookup(node_name, &ctx.settings.condition_type)
     };
     let n = match lookup {
         Lookup::NotRead {
@@ -178,6 +184,12 @@ async fn seen(ctx: &Context, ns: &str, v: &MachineView<'_>, cluster_exists: bool
             }
         }
         Lookup::Refused(why) => return NodeSeen::Refused { why },
+        Lookup::TooMany(cap) => {
+            return NodeSeen::TooMany {
+                node: node_name.into(),
+                cap,
+            }
+        }
         Lookup::NoNode => {
             return NodeSeen::NoNode {
                 node: node_name.into(),
@@ -188,7 +200,7 @@ async fn seen(ctx: &Context, ns: &str, v: &MachineView<'_>, cluster_exists: bool
     // One incarnation: Cluster API matches a Node to its Machine by
     // providerID. A Node left under a reused name by another machine
     // carries another one, and its verdict is not this Machine's.
-    let node_provider = n.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+    let node_provider = n.provider_id.as_deref();
     if let (Some(mine), Some(theirs)) = (v.provider_id, node_provider) {
         if !theirs.is_empty() && mine != theirs {
             return NodeSeen::OtherMachine {
@@ -198,7 +210,7 @@ async fn seen(ctx: &Context, ns: &str, v: &MachineView<'_>, cluster_exists: bool
             };
         }
     }
-    let reading = crate::workload::reading(&n, &ctx.settings.condition_type);
+    let reading = n.reading.clone();
     // The pool is read only when it matters: the Node says True.
     let says_true = reading
         .condition

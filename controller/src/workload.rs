@@ -10,14 +10,17 @@
 //! next complete list), so the last Node conditions are still read.
 //!
 //! Everything a workload cluster sends is a tenant's: its errors become a
-//! fixed phrase with a short cleaned text, its Nodes are cut to our one
-//! condition (message capped) and a desired-state annotation no longer than
-//! the reader accepts, before anything is stored; Nodes are listed in pages
-//! so a cluster of Nodes at the API server's 256 KiB annotation limit is
-//! never held in memory at once. Changes reach the controller as
-//! [`Trigger`]s, which it maps to the Machines they concern.
+//! fixed phrase with a short cleaned text; of its Nodes only those a
+//! selected Machine names are kept ([`crate::nodecache`]), each cut to our
+//! one condition (message capped), the desired state parsed (never its
+//! text) and the bootIDs; Nodes are listed in pages so a cluster of Nodes
+//! at the API server's 256 KiB annotation limit is never held in memory at
+//! once. Changes of kept Nodes reach the controller as [`Trigger`]s, which
+//! it maps to the Machines they concern; a Node nobody asked for triggers
+//! nothing.
 
 use std::{
+    collections::HashSet,
     sync::{Arc, Mutex},
     time::{Duration, Instant, SystemTime},
 };
@@ -27,7 +30,6 @@ use k8s_openapi::api::core::v1::{Node, NodeStatus, NodeSystemInfo, Secret};
 use kube::{
     config::KubeConfigOptions,
     runtime::{
-        reflector::{self, ObjectRef, Store},
         utils::ResetTimerBackoff,
         watcher::{self, watcher, ExponentialBackoff},
         WatchStreamExt,
@@ -38,10 +40,16 @@ use tokio::{sync::mpsc::UnboundedSender, task::JoinHandle};
 
 use sandbox_readiness::{
     desired::annotation::{ANNOTATION, MAX_ANNOTATION_BYTES},
+    nodestatus::VERDICT_BOOT_ANNOTATION,
     text::clean_capped,
 };
 
-use crate::{kubeconfig, metrics::Metrics, qps};
+use crate::{
+    kubeconfig,
+    metrics::Metrics,
+    nodecache::{Found, Kept, NodeCache, FETCH_RETRY},
+    qps,
+};
 
 /// What changed in a workload cluster, for the Machines it backs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,7 +87,8 @@ pub struct Health {
 }
 
 struct Conn {
-    store: Store<Node>,
+    cache: Arc<Mutex<NodeCache>>,
+    triggers: UnboundedSender<Trigger>,
     /// The connection's client: the proof ([`crate::proof`]) creates and
     /// reads its pods with it.
     client: Client,
@@ -130,19 +139,21 @@ pub enum Lookup {
     /// The kubeconfig is refused: no request is made.
     Refused(String),
     NoNode,
-    Node(Arc<Node>),
+    /// The cluster's cache holds this many Node names already
+    /// ([`crate::nodecache::MAX_NODES_PER_CLUSTER`]).
+    TooMany(usize),
+    Node(Arc<Kept>),
 }
 
-fn lock(h: &Mutex<Health>) -> std::sync::MutexGuard<'_, Health> {
+fn lock<T>(h: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic while holding this lock leaves plain data; go on with it.
     h.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// A 401, or a TLS failure (the CA or the client certificate rotated).
 /// What the cache keeps of a Node: what the reader
 /// ([`sandbox_readiness::nodestatus::read::read`]) takes — its identity,
-/// the desired-state annotation and its conditions — its providerID and
-/// bootID. The rest of a
+/// the desired-state and verdict-boot annotations and its conditions — its
+/// providerID and bootID. The rest of a
 /// kubelet-written Node (images, volumes, capacity, addresses, nodeInfo,
 /// labels, managed fields) is most of its size and is dropped before the
 /// reflector stores it, so the controller's memory follows the number of
@@ -154,7 +165,7 @@ fn slim(n: &mut Node, condition_type: &str) {
     md.owner_references = None;
     md.finalizers = None;
     if let Some(a) = md.annotations.as_mut() {
-        a.retain(|k, _| k == ANNOTATION);
+        a.retain(|k, _| k == ANNOTATION || k == VERDICT_BOOT_ANNOTATION);
         if a.get(ANNOTATION)
             .is_some_and(|v| v.len() > MAX_ANNOTATION_BYTES)
         {
@@ -231,6 +242,15 @@ pub fn reading(n: &Node, condition_type: &str) -> sandbox_readiness::nodestatus:
     r
 }
 
+/// What is kept of a Node: read once, here, by the reader; the annotation's
+/// text goes with the Node.
+pub fn keep(mut n: Node, condition_type: &str) -> Kept {
+    slim(&mut n, condition_type);
+    let r = reading(&n, condition_type);
+    Kept::new(&n, r)
+}
+
+/// A 401, or a TLS failure (the CA or the client certificate rotated).
 fn needs_reread(e: &watcher::Error) -> bool {
     let inner = match e {
         watcher::Error::InitialListFailed(e)
@@ -246,33 +266,72 @@ fn needs_reread(e: &watcher::Error) -> bool {
     text.contains("tls") || text.contains("certificate") || text.contains("handshake")
 }
 
+fn status_line(code: u16, reason: &str) -> String {
+    format!(
+        "the workload API server answered HTTP {code} {}",
+        clean_capped(reason, 32)
+    )
+}
+
 /// A watch error as a fixed phrase and a short cleaned text: what the
 /// workload API server said is the tenant's (a Status message can be
 /// anything), so of an API answer only its code and reason word are kept;
 /// a transport failure is our client's own text, cleaned and cut.
 fn describe(e: &watcher::Error) -> String {
-    let status = |code: u16, reason: &str| {
-        format!(
-            "the workload API server answered HTTP {code} {}",
-            clean_capped(reason, 32)
-        )
-    };
     let inner = match e {
         watcher::Error::InitialListFailed(e)
         | watcher::Error::WatchStartFailed(e)
         | watcher::Error::WatchFailed(e) => e,
-        watcher::Error::WatchError(s) => return status(s.code, &s.reason),
+        watcher::Error::WatchError(s) => return status_line(s.code, &s.reason),
         watcher::Error::NoResourceVersion => {
             return "the workload API server sent a list without a resourceVersion".into()
         }
     };
-    match inner {
-        kube::Error::Api(s) => status(s.code, &s.reason),
+    describe_call(inner)
+}
+
+/// A request's error, as [`describe`] words a watch's.
+fn describe_call(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => status_line(s.code, &s.reason),
         other => format!(
             "the workload API server cannot be read: {}",
             clean_capped(&other.to_string(), 120)
         ),
     }
+}
+
+/// GETs Node `name` for the cache (a Node registered after the watch's
+/// list), then has its Machines looked at again; after a failure, again
+/// once the retry is due.
+fn fetch(
+    client: Client,
+    cache: Arc<Mutex<NodeCache>>,
+    triggers: UnboundedSender<Trigger>,
+    key: (String, String),
+    name: String,
+    condition_type: String,
+) {
+    tokio::spawn(async move {
+        let api: Api<Node> = Api::all(client);
+        let answer = match qps::timed(api.get_opt(&name)).await {
+            Ok(n) => Ok(n.map(|n| keep(n, &condition_type))),
+            Err(e) => Err(describe_call(&e)),
+        };
+        let failed = answer.is_err();
+        let changed = lock(&cache).fetched(&name, answer, Instant::now());
+        let trigger = Trigger::Node {
+            namespace: key.0,
+            cluster: key.1,
+            node: name,
+        };
+        if failed {
+            tokio::time::sleep(FETCH_RETRY).await;
+        }
+        if changed || failed {
+            let _ = triggers.send(trigger);
+        }
+    });
 }
 
 impl Workload {
@@ -396,7 +455,7 @@ impl Workload {
     }
 
     fn connect(&mut self, client: Client, rep: Reporting) {
-        let (store, writer) = reflector::store::<Node>();
+        let cache = Arc::new(Mutex::new(NodeCache::default()));
         let api: Api<Node> = Api::all(client.clone());
         let health = {
             // A new connection starts unsynced; the time the cluster was
@@ -413,28 +472,55 @@ impl Workload {
         let cluster = format!("{}/{}", self.namespace, self.cluster);
         let (namespace, name) = self.key();
         let ty = rep.condition_type.clone();
-        let stream = reflector::reflector(
-            writer,
-            watcher(api, watcher::Config::default().page_size(NODE_PAGE))
-                .modify(move |n| slim(n, &ty)),
-        )
-        .backoff(reconnect_backoff());
+        let stream = watcher(api, watcher::Config::default().page_size(NODE_PAGE))
+            .backoff(reconnect_backoff());
+        let (kept, fetch_client, triggers) = (cache.clone(), client.clone(), rep.triggers.clone());
+        let conn_triggers = rep.triggers.clone();
         let task = tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             let whole = || Trigger::Cluster {
                 namespace: namespace.clone(),
                 cluster: name.clone(),
             };
-            let node = |n: &Node| Trigger::Node {
+            let node = |n: &str| Trigger::Node {
                 namespace: namespace.clone(),
                 cluster: name.clone(),
-                node: n.metadata.name.clone().unwrap_or_default(),
+                node: n.to_string(),
+            };
+            // A Node nobody registered is dropped as it is read: only its
+            // name is looked at (a tenant's Nodes can be many and large).
+            let wanted = |n: &Node| {
+                let name = n.metadata.name.as_deref().unwrap_or_default();
+                lock(&kept).wants(name).then(|| name.to_string())
             };
             while let Some(ev) = stream.next().await {
-                // Each Node change concerns the Machines it backs; a list's
-                // Nodes are read at its end, once, for the whole cluster.
+                // Each kept Node's change concerns the Machines it backs; a
+                // list's Nodes are read at its end, once, for the whole
+                // cluster.
                 let trigger = match ev {
+                    Ok(watcher::Event::Init) => {
+                        lock(&kept).list_begins();
+                        None
+                    }
+                    Ok(watcher::Event::InitApply(n)) => {
+                        if wanted(&n).is_some() {
+                            let k = keep(n, &ty);
+                            lock(&kept).listed(k);
+                        }
+                        None
+                    }
                     Ok(watcher::Event::InitDone) => {
+                        let late = lock(&kept).list_done();
+                        for n in late {
+                            fetch(
+                                fetch_client.clone(),
+                                kept.clone(),
+                                triggers.clone(),
+                                (namespace.clone(), name.clone()),
+                                n,
+                                ty.clone(),
+                            );
+                        }
                         let mut h = lock(&health);
                         if !h.synced || h.error.is_some() {
                             tracing::info!(cluster = %cluster, "workload cluster's Nodes read");
@@ -443,14 +529,27 @@ impl Workload {
                         h.error = None;
                         Some(whole())
                     }
-                    Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => None,
-                    Ok(watcher::Event::Apply(n) | watcher::Event::Delete(n)) => {
-                        let mut h = lock(&health);
-                        if h.error.take().is_some() {
+                    Ok(ev @ (watcher::Event::Apply(_) | watcher::Event::Delete(_))) => {
+                        let (n, gone) = match ev {
+                            watcher::Event::Apply(n) => (n, false),
+                            watcher::Event::Delete(n) => (n, true),
+                            _ => continue,
+                        };
+                        let again = lock(&health).error.take().is_some();
+                        if again {
                             tracing::info!(cluster = %cluster, "workload cluster reachable again");
+                        }
+                        let changed = match wanted(&n) {
+                            Some(nm) => {
+                                let now = (!gone).then(|| keep(n, &ty));
+                                lock(&kept).changed(&nm, now).then_some(nm)
+                            }
+                            None => None,
+                        };
+                        if again {
                             Some(whole())
                         } else {
-                            Some(node(&n))
+                            changed.map(|nm| node(&nm))
                         }
                     }
                     Err(e) => {
@@ -477,7 +576,8 @@ impl Workload {
             }
         });
         self.conn = Some(Conn {
-            store,
+            cache,
+            triggers: conn_triggers,
             client,
             task,
         });
@@ -492,15 +592,57 @@ impl Workload {
             .map(|c| c.client.clone())
     }
 
-    /// The Node `name` as last read.
-    pub fn lookup(&self, name: &str) -> Lookup {
+    /// Keeps only the Nodes in `needed` (the resync tick's: those the
+    /// selected Machines of this cluster name).
+    pub fn retain_nodes(&self, needed: &HashSet<String>) {
+        if let Some(c) = &self.conn {
+            lock(&c.cache).retain(needed);
+        }
+    }
+
+    /// Node names registered and Nodes kept.
+    pub fn cached(&self) -> (usize, usize) {
+        self.conn.as_ref().map_or((0, 0), |c| {
+            let cache = lock(&c.cache);
+            (cache.registered(), cache.kept())
+        })
+    }
+
+    /// The Node `name` as last read; registered for the cache on first
+    /// ask (`condition_type`: what a GET of it keeps).
+    pub fn lookup(&self, name: &str, condition_type: &str) -> Lookup {
         let h = lock(&self.health).clone();
-        match &self.conn {
-            Some(c) if h.synced => match c.store.get(&ObjectRef::new(name)) {
-                Some(n) => Lookup::Node(n),
-                None => Lookup::NoNode,
+        let found = self.conn.as_ref().map(|c| {
+            let found = lock(&c.cache).find(name, SystemTime::now(), Instant::now());
+            if let Found::Fetch { .. } = found {
+                fetch(
+                    c.client.clone(),
+                    c.cache.clone(),
+                    c.triggers.clone(),
+                    self.key(),
+                    name.to_string(),
+                    condition_type.to_string(),
+                );
+            }
+            found
+        });
+        match (&self.conn, found) {
+            (Some(_), Some(found)) if h.synced => match found {
+                Found::Node(n) => Lookup::Node(n),
+                Found::Absent => Lookup::NoNode,
+                Found::Full(cap) => Lookup::TooMany(cap),
+                Found::Pending { since } | Found::Fetch { since } => Lookup::NotRead {
+                    since,
+                    why: format!("Node {name} is being read"),
+                    pending: true,
+                },
+                Found::Failed { since, why } => Lookup::NotRead {
+                    since,
+                    why: format!("Node {name} cannot be read: {why}"),
+                    pending: false,
+                },
             },
-            None if self.refused_config => {
+            (None, _) if self.refused_config => {
                 Lookup::Refused(self.refused.clone().unwrap_or_default())
             }
             _ => Lookup::NotRead {

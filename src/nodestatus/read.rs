@@ -11,7 +11,11 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
-use crate::{desired, nodestatus::condition::Status, proto::v1::DesiredState};
+use crate::{
+    desired,
+    nodestatus::{condition::Status, VERDICT_BOOT_ANNOTATION},
+    proto::v1::DesiredState,
+};
 
 /// A Node's condition heartbeat older than this is stale by default
 /// (`check --max-heartbeat-age`, the controller's `--stale-after`): the
@@ -47,6 +51,30 @@ pub struct Reading {
     pub condition: Option<Seen>,
     /// The desired-state annotation, parsed (`None`: no annotation).
     pub desired: Option<Result<DesiredState, String>>,
+    /// The boot the Node is on and the one its condition was observed on.
+    pub boot: Boot,
+}
+
+/// Which boot a Node's condition belongs to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Boot {
+    /// kubelet's `status.nodeInfo.bootID`: the boot the node is on now
+    /// (empty: kubelet has not posted it).
+    pub node: String,
+    /// The agent's [`VERDICT_BOOT_ANNOTATION`]: the boot its condition was
+    /// observed on (`None`: an agent that does not record it, or none yet).
+    pub verdict: Option<String>,
+}
+
+impl Boot {
+    /// The condition was observed on another boot than the node's own:
+    /// what it says is not about the node as it runs now.
+    pub fn mismatch(&self) -> Option<(&str, &str)> {
+        match &self.verdict {
+            Some(v) if !self.node.is_empty() && *v != self.node => Some((v, &self.node)),
+            _ => None,
+        }
+    }
 }
 
 /// What the Node is judged against besides its own condition.
@@ -72,6 +100,10 @@ pub enum Judged {
     /// The heartbeat is this old, more than the reader allows: the agent
     /// may have stopped, and its last word stays on the Node.
     Stale(Duration),
+    /// The condition was observed on boot `verdict`; the node now runs
+    /// boot `node` (rebooted since, or another machine's Node under the
+    /// same name): nobody has checked this boot yet.
+    AnotherBoot { verdict: String, node: String },
     /// The Node's own word: `False`, `Unknown`, or `True` (then covering
     /// the pool, when there is one).
     Said(Status),
@@ -97,6 +129,7 @@ impl Judged {
             Judged::NoCondition
             | Judged::NoHeartbeat
             | Judged::Stale(_)
+            | Judged::AnotherBoot { .. }
             | Judged::NoAnnotation { fresh: true }
             | Judged::PoolNotYetKnown => Status::Unknown,
             Judged::NoAnnotation { fresh: false }
@@ -121,6 +154,10 @@ impl Judged {
                 "the condition's heartbeat is {} old (stale after {}): the agent may have stopped",
                 humantime::format_duration(Duration::from_secs(age.as_secs())),
                 humantime::format_duration(stale_after)
+            ),
+            Judged::AnotherBoot { verdict, node } => format!(
+                "the condition was observed on boot {verdict}, but the node now runs boot {node} \
+                 (status.nodeInfo.bootID): this boot is not checked yet"
             ),
             Judged::Said(_) => match &r.condition {
                 Some(c) if c.message.is_empty() => c.reason.clone(),
@@ -169,10 +206,23 @@ pub fn read(node: &Value, condition_type: &str) -> Reading {
     let desired = node["metadata"]["annotations"][desired::ANNOTATION]
         .as_str()
         .map(|a| desired::from_annotation(a).map_err(|e| e.to_string()));
+    // Both are the tenant's text: kept only as a bootID can be (a UUID).
+    let boot_id = |v: &Value| {
+        v.as_str().map(|s| {
+            s.chars()
+                .take(64)
+                .filter(|c| c.is_ascii_graphic())
+                .collect::<String>()
+        })
+    };
     Reading {
         name: text(&node["metadata"]["name"]),
         condition,
         desired,
+        boot: Boot {
+            node: boot_id(&node["status"]["nodeInfo"]["bootID"]).unwrap_or_default(),
+            verdict: boot_id(&node["metadata"]["annotations"][VERDICT_BOOT_ANNOTATION]),
+        },
     }
 }
 
@@ -191,6 +241,12 @@ pub fn judge(r: &Reading, now: SystemTime, stale_after: Duration, pool: &Pool) -
     let age = now.duration_since(heartbeat).unwrap_or_default();
     if age > stale_after {
         return Judged::Stale(age);
+    }
+    if let Some((verdict, node)) = r.boot.mismatch() {
+        return Judged::AnotherBoot {
+            verdict: verdict.into(),
+            node: node.into(),
+        };
     }
     if c.status != Status::True {
         return Judged::Said(c.status);

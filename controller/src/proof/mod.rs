@@ -334,18 +334,13 @@ pub async fn gate(
     let (client, n) = {
         let w = ctx.workload(&k.0, cluster);
         let w = w.lock().await;
-        (w.client(), w.lookup(node))
+        (w.client(), w.lookup(node, &ctx.settings.condition_type))
     };
     let (Some(client), Lookup::Node(n)) = (client, n) else {
         return (Decision::Keep, Some(POLL));
     };
-    let boot = n
-        .status
-        .as_ref()
-        .and_then(|s| s.node_info.as_ref())
-        .map(|i| i.boot_id.clone())
-        .unwrap_or_default();
-    let node_uid = n.metadata.uid.clone().unwrap_or_default();
+    let boot = n.boot_id().to_string();
+    let node_uid = n.uid.clone();
     if boot.is_empty() || node_uid.is_empty() {
         return (
             Decision::Write(verdict(
