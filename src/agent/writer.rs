@@ -10,9 +10,15 @@
 //! `pkg/exporters/k8sexporter/condition/manager.go`): at once when the
 //! verdict changes, otherwise a heartbeat every `heartbeat`.
 //!
-//! A restart does not flap: until the first complete verdict (with the
-//! canaries and sandbox probe it needs) the condition on the Node is left
-//! as it is; only a Node without one gets `Unknown`. Faults (timeouts,
+//! Every verdict's condition is followed by the verdict-boot annotation
+//! (the bootID of the observation it was made on), never sent before it, so
+//! a reader that sees the annotation equal to the Node's bootID knows the
+//! condition is this boot's. A restart does not flap: until the first
+//! complete verdict (with the canaries and sandbox probe it needs) a
+//! condition made on this boot is left as it is; a Node without one gets
+//! `Unknown`/`NoVerdictYet`, and one made on another boot (after a reboot)
+//! `Unknown`/`NotCheckedThisBoot` with its handler labels `unknown`, at
+//! once, so nothing says "ready" for a boot nobody checked. Faults (timeouts,
 //! 5xx, 429, 403, 404) are retried with backoff and jitter, logged once
 //! per change of state and counted for the metrics. SIGTERM ends the task
 //! at once: the condition then goes stale (its heartbeat ages).
@@ -40,6 +46,7 @@ use crate::{
         identity::{self, NameError},
         labels::{self, LabelError},
         patch::{self, Meta},
+        VERDICT_BOOT_ANNOTATION,
     },
     proto::v1::{DesiredState, Report, Verdict},
 };
@@ -261,6 +268,9 @@ struct Writer {
     /// Write even when the Node already says it (a re-registered Node, a
     /// heartbeat).
     force: bool,
+    /// Whether leaving this boot's condition until the first verdict was
+    /// logged (once, not at every resync).
+    told_left: bool,
 }
 
 /// Runs the writer until `shutdown`.
@@ -291,6 +301,7 @@ pub async fn run(
         // The first complete verdict is written even when the Node already
         // says it: a heartbeat after a restart (the transition time stays).
         force: true,
+        told_left: false,
     };
     tokio::select! {
         _ = shutdown.wait_for(|stop| *stop) => {}
@@ -432,23 +443,15 @@ impl Writer {
             .and_then(|r| observation_age(r, SystemTime::now()))
             .is_some_and(|age| age > self.cfg.max_observation_age);
         if stale {
-            let l = if self.cfg.handler_labels {
-                labels::wanted(report, None, &self.defaults)
-            } else {
-                BTreeMap::new()
-            };
             return (
                 condition::observation_stale(self.cfg.max_observation_age),
-                l,
+                self.handler_labels(report, None),
             );
         }
-        let c = condition::from_verdict(verdict);
-        let l = if self.cfg.handler_labels {
-            labels::wanted(report, verdict, &self.defaults)
-        } else {
-            BTreeMap::new()
-        };
-        (c, l)
+        (
+            condition::from_verdict(verdict),
+            self.handler_labels(report, verdict),
+        )
     }
 
     /// Whether there is anything to do: the Node to read, a first
@@ -458,12 +461,9 @@ impl Writer {
             return true;
         }
         if !complete {
-            // Only a Node without the condition gets one before the
-            // first complete verdict.
-            return self.written.is_none()
-                && self.node.as_ref().is_some_and(|n| {
-                    condition::find(&n.conditions, &self.cfg.condition_type).is_none()
-                });
+            // Before the first complete verdict only a Node without the
+            // condition, or with another boot's, gets one.
+            return self.written.is_none() && self.before_verdict().is_some();
         }
         self.force || self.written.as_ref() != Some(&self.wanted())
     }
@@ -473,6 +473,32 @@ impl Writer {
             log();
             self.holding = h;
         }
+    }
+
+    /// What the Node should say before the first complete verdict
+    /// (`None`: leave it as it is).
+    fn before_verdict(&self) -> Option<Wanted> {
+        let n = self.node.as_ref()?;
+        condition::before_first_verdict(
+            condition::find(&n.conditions, &self.cfg.condition_type),
+            n.annotations
+                .get(VERDICT_BOOT_ANNOTATION)
+                .map(String::as_str),
+            &self.boot_id(),
+        )
+    }
+
+    /// The bootID of the observation the verdict was made on: what the
+    /// verdict-boot annotation says once its condition is written (empty:
+    /// the observation could not read it).
+    fn verdict_boot(&self) -> Option<String> {
+        let (r, _) = self.verdict.as_ref()?;
+        Some(
+            r.node
+                .as_ref()
+                .map(|n| n.boot_id.clone())
+                .unwrap_or_default(),
+        )
     }
 
     /// This node's boot id, as observed.
@@ -561,45 +587,118 @@ impl Writer {
             }
         }
         if !complete {
-            if self.written.is_none()
-                && self.node.as_ref().is_some_and(|n| {
-                    condition::find(&n.conditions, &self.cfg.condition_type).is_none()
-                })
-            {
-                let wanted = condition::from_verdict(None);
+            if self.written.is_some() {
+                return Ok(Step::Done);
+            }
+            let Some(wanted) = self.before_verdict() else {
+                if !self.told_left {
+                    self.told_left = true;
+                    let ours = self.boot_id();
+                    let why = if ours.is_empty() {
+                        "this node's boot id could not be read"
+                    } else {
+                        "it was made on this boot"
+                    };
+                    info!(
+                        boot_id = %ours,
+                        "node writer: the condition on Node {name} is left as it is until the first complete verdict: {why}"
+                    );
+                }
+                return Ok(Step::Done);
+            };
+            let existing = self.existing();
+            if !condition::says(existing.as_ref(), &wanted) {
                 self.write_status(&name, &wanted).await?;
             }
+            // Another boot's condition came with its labels: they go
+            // `unknown` with it (the verdict-boot annotation stays, as no
+            // verdict of this boot is written yet). A Node that had no
+            // condition keeps its labels until the verdict, as before.
+            let labels = if wanted.reason == condition::REASON_NOT_CHECKED_THIS_BOOT {
+                let l = self.handler_labels(None, None);
+                self.write_metadata(&name, &l, None).await?;
+                l
+            } else {
+                BTreeMap::new()
+            };
+            self.written = Some((wanted, labels));
             return Ok(Step::Done);
         }
         let (wanted, labels) = self.wanted();
-        let existing = self
-            .node
-            .as_ref()
-            .and_then(|n| condition::find(&n.conditions, &self.cfg.condition_type).cloned());
-        if self.force || !condition::says(existing.as_ref(), &wanted) {
+        let verdict_boot = self.verdict_boot();
+        let existing = self.existing();
+        // The annotation is sent only after the status patch of the
+        // condition it dates: when it changes, that condition is written
+        // now even if the Node already says it (a reboot's first verdict
+        // equal to the last boot's).
+        let boot_changes = self
+            .meta()
+            .is_some_and(|m| patch::verdict_boot_changes(&m, verdict_boot.as_deref()));
+        if self.force || boot_changes || !condition::says(existing.as_ref(), &wanted) {
             self.write_status(&name, &wanted).await?;
         }
-        let meta = self.node.as_ref().map(|n| Meta {
-            labels: n.labels.clone(),
-            annotations: n.annotations.clone(),
-        });
-        if let Some(body) = meta.and_then(|m| {
-            patch::metadata_patch(&m, &labels, self.cfg.desired_annotation.as_deref())
-        }) {
-            let n = self.client.patch_metadata(&name, body).await?;
-            self.stats.wrote();
-            self.see(n);
-        }
+        self.write_metadata(&name, &labels, verdict_boot.as_deref())
+            .await?;
         self.force = false;
         self.written = Some((wanted, labels));
         Ok(Step::Done)
     }
 
-    async fn write_status(&mut self, name: &str, wanted: &Wanted) -> Result<(), KubeError> {
-        let existing = self
-            .node
+    /// The sandbox condition on the Node as held.
+    fn existing(&self) -> Option<condition::NodeCondition> {
+        self.node
             .as_ref()
-            .and_then(|n| condition::find(&n.conditions, &self.cfg.condition_type).cloned());
+            .and_then(|n| condition::find(&n.conditions, &self.cfg.condition_type).cloned())
+    }
+
+    /// The Node's labels and annotations as held.
+    fn meta(&self) -> Option<Meta> {
+        self.node.as_ref().map(|n| Meta {
+            labels: n.labels.clone(),
+            annotations: n.annotations.clone(),
+        })
+    }
+
+    /// The handler labels for a verdict (none with `--handler-labels` off,
+    /// so the ones the agent set before are removed).
+    fn handler_labels(
+        &self,
+        report: Option<&Report>,
+        verdict: Option<&Verdict>,
+    ) -> BTreeMap<String, String> {
+        if self.cfg.handler_labels {
+            labels::wanted(report, verdict, &self.defaults)
+        } else {
+            BTreeMap::new()
+        }
+    }
+
+    /// Makes the Node carry `labels`, the desired-state annotation and
+    /// (`Some`) `verdict_boot`; nothing when it already does.
+    async fn write_metadata(
+        &mut self,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+        verdict_boot: Option<&str>,
+    ) -> Result<(), KubeError> {
+        let body = self.meta().and_then(|m| {
+            patch::metadata_patch(
+                &m,
+                labels,
+                self.cfg.desired_annotation.as_deref(),
+                verdict_boot,
+            )
+        });
+        if let Some(body) = body {
+            let n = self.client.patch_metadata(name, body).await?;
+            self.stats.wrote();
+            self.see(n);
+        }
+        Ok(())
+    }
+
+    async fn write_status(&mut self, name: &str, wanted: &Wanted) -> Result<(), KubeError> {
+        let existing = self.existing();
         let now = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
         let c = condition::next(&self.cfg.condition_type, existing.as_ref(), wanted, &now);
         if existing.as_ref().map(|e| e.status.as_str()) != Some(c.status.as_str()) {

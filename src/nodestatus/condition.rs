@@ -24,6 +24,58 @@ pub const REASON_NO_VERDICT: &str = "NoVerdictYet";
 /// Reason of `Unknown` when the verdict's observation is older than the
 /// writer's limit: a heartbeat proves the writer alive, not the observer.
 pub const REASON_OBSERVATION_STALE: &str = "ObservationStale";
+/// Reason of `Unknown` after a reboot, until the first complete verdict of
+/// the new boot: the condition on the Node was made on another boot (or
+/// does not say on which), so it is not left to speak for this one.
+pub const REASON_NOT_CHECKED_THIS_BOOT: &str = "NotCheckedThisBoot";
+
+/// The condition after a reboot, before the first complete verdict:
+/// `made_on` is the Node's verdict-boot annotation (`None`: it has none),
+/// `this_boot` this node's boot id. Both are in the message, so it stays the
+/// same (no new write) until the verdict replaces it.
+pub fn not_checked_this_boot(made_on: Option<&str>, this_boot: &str) -> Wanted {
+    let made = match made_on {
+        Some(b) => format!(
+            "the condition present was made on boot {}",
+            text::clean_capped(b, 64)
+        ),
+        None => format!(
+            "the condition present does not say which boot it was made on (no {} annotation)",
+            crate::nodestatus::VERDICT_BOOT_ANNOTATION
+        ),
+    };
+    Wanted {
+        status: Status::Unknown,
+        reason: REASON_NOT_CHECKED_THIS_BOOT.into(),
+        message: format!(
+            "{made} and this node booted as {}: a verdict follows once the agent's first complete observation of this boot is done",
+            text::clean_capped(this_boot, 64)
+        ),
+    }
+}
+
+/// What the writer puts on the Node before its first complete verdict of
+/// this boot (`None`: the Node is left as it is). A Node without the
+/// condition gets `NoVerdictYet`. One whose condition was made on another
+/// boot, or does not say on which (`verdict_boot`, the Node's verdict-boot
+/// annotation), gets `NotCheckedThisBoot` at once: a `True` kept from before
+/// a reboot would otherwise speak for a boot nobody checked. One made on
+/// this boot (a plain restart of the agent) is left, so a restart does not
+/// flap; so is every condition when this node's boot id is unknown (empty),
+/// since then no boot can be told from another.
+pub fn before_first_verdict(
+    existing: Option<&NodeCondition>,
+    verdict_boot: Option<&str>,
+    this_boot: &str,
+) -> Option<Wanted> {
+    if existing.is_none() {
+        return Some(from_verdict(None));
+    }
+    if this_boot.is_empty() || verdict_boot == Some(this_boot) {
+        return None;
+    }
+    Some(not_checked_this_boot(verdict_boot, this_boot))
+}
 
 /// The condition when the last observation is older than `limit`: the
 /// verdict made on it is not re-asserted. No age in the message (it would
@@ -409,6 +461,57 @@ mod tests {
         ));
         assert!(!says(Some(&old), &false_other));
         assert!(!says(None, &false_other));
+    }
+
+    #[test]
+    fn before_the_first_verdict_only_another_boots_condition_is_replaced() {
+        let true_before = NodeCondition {
+            type_: DEFAULT_TYPE.into(),
+            status: "True".into(),
+            reason: REASON_CONVERGED.into(),
+            message: "the node meets the agent's desired state".into(),
+            ..NodeCondition::default()
+        };
+        let c = Some(&true_before);
+        // Another boot's verdict: Unknown at once, naming both boots.
+        let w = before_first_verdict(c, Some("boot-1"), "boot-2");
+        let w = w.unwrap_or_else(|| panic!("another boot's condition left"));
+        assert_eq!(w.status, Status::Unknown);
+        assert_eq!(w.reason, "NotCheckedThisBoot");
+        assert_eq!(
+            w.message,
+            "the condition present was made on boot boot-1 and this node booted as boot-2: a verdict follows once the agent's first complete observation of this boot is done"
+        );
+        // No annotation (an agent that never wrote it): the same.
+        let w = before_first_verdict(c, None, "boot-2");
+        let w = w.unwrap_or_else(|| panic!("an unattributed condition left"));
+        assert_eq!(w.reason, REASON_NOT_CHECKED_THIS_BOOT);
+        assert!(
+            w.message
+                .contains("no sandbox-readiness.io/verdict-boot annotation"),
+            "{}",
+            w.message
+        );
+        assert!(w.message.contains("booted as boot-2"), "{}", w.message);
+        // This boot's (the agent restarted): left as it is, no flap.
+        assert_eq!(before_first_verdict(c, Some("boot-2"), "boot-2"), None);
+        // This node's boot id unknown: nothing to tell boots apart by.
+        assert_eq!(before_first_verdict(c, Some("boot-1"), ""), None);
+        // No condition: NoVerdictYet, whatever the annotation says.
+        for ann in [None, Some("boot-1"), Some("boot-2")] {
+            let w = before_first_verdict(None, ann, "boot-2");
+            assert_eq!(w, Some(from_verdict(None)), "{ann:?}");
+        }
+        // The message is the same each time (no new write per attempt),
+        // and an annotation someone wrote badly stays one short line.
+        assert_eq!(
+            before_first_verdict(c, Some("boot-1"), "boot-2"),
+            before_first_verdict(c, Some("boot-1"), "boot-2")
+        );
+        let odd = format!("a\n{}", "x".repeat(200));
+        let w = before_first_verdict(c, Some(&odd), "boot-2").unwrap_or_else(|| panic!("left"));
+        assert!(!w.message.contains('\n'), "{}", w.message);
+        assert!(w.message.len() < 400, "{}", w.message);
     }
 
     const DEFAULT_TYPE: &str = crate::nodestatus::DEFAULT_CONDITION_TYPE;

@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 use crate::nodestatus::{
     condition::NodeCondition,
     labels::{owned, owned_annotation},
-    DESIRED_ANNOTATION, OWNED_LABELS_ANNOTATION,
+    DESIRED_ANNOTATION, OWNED_LABELS_ANNOTATION, VERDICT_BOOT_ANNOTATION,
 };
 
 /// `{"status":{"conditions":[condition]}}` for
@@ -31,13 +31,20 @@ pub struct Meta {
 /// The merge patch (`application/merge-patch+json`) that makes the Node
 /// carry `wanted` labels, drop the labels the agent set before and no
 /// longer wants (as its owned-labels annotation lists them), list the new
-/// set in that annotation and hold `desired` in the desired-state
-/// annotation (`None`: left as it is). `None` when the Node already says
-/// all of it.
+/// set in that annotation, hold `desired` in the desired-state annotation
+/// and `verdict_boot` in the verdict-boot annotation (each `None`: left as
+/// it is; an empty `verdict_boot`, a boot id the agent could not read,
+/// removes the annotation rather than claim a boot). `None` when the Node
+/// already says all of it.
+///
+/// The caller sends this only after the status patch of the condition
+/// `verdict_boot` belongs to: a reader that sees the annotation equal to
+/// the Node's bootID may then trust the condition is this boot's.
 pub fn metadata_patch(
     current: &Meta,
     wanted: &BTreeMap<String, String>,
     desired: Option<&str>,
+    verdict_boot: Option<&str>,
 ) -> Option<Vec<u8>> {
     let mut labels = Map::new();
     for (k, v) in wanted {
@@ -79,6 +86,17 @@ pub fn metadata_patch(
             annotations.insert(DESIRED_ANNOTATION.into(), Value::String(d.into()));
         }
     }
+    match verdict_boot {
+        Some(b) if verdict_boot_changes(current, verdict_boot) => {
+            let v = if b.is_empty() {
+                Value::Null
+            } else {
+                Value::String(b.into())
+            };
+            annotations.insert(VERDICT_BOOT_ANNOTATION.into(), v);
+        }
+        _ => {}
+    }
     if labels.is_empty() && annotations.is_empty() {
         return None;
     }
@@ -90,6 +108,21 @@ pub fn metadata_patch(
         metadata.insert("annotations".into(), Value::Object(annotations));
     }
     serde_json::to_vec(&json!({ "metadata": metadata })).ok()
+}
+
+/// Whether [`metadata_patch`] with `verdict_boot` changes the Node's
+/// verdict-boot annotation (the writer then writes the condition first,
+/// even when the Node already says it).
+pub fn verdict_boot_changes(current: &Meta, verdict_boot: Option<&str>) -> bool {
+    let now = current
+        .annotations
+        .get(VERDICT_BOOT_ANNOTATION)
+        .map(String::as_str);
+    match verdict_boot {
+        None => false,
+        Some("") => now.is_some(),
+        Some(b) => now != Some(b),
+    }
 }
 
 #[cfg(test)]
@@ -138,7 +171,7 @@ mod tests {
         let wanted = map(&[(runsc, "ready"), (runc, "not-ready")]);
         // A fresh Node: every label, the owned set, the desired state.
         assert_eq!(
-            parsed(metadata_patch(&fresh, &wanted, Some("{\"v\":1}"))),
+            parsed(metadata_patch(&fresh, &wanted, Some("{\"v\":1}"), None)),
             json!({"metadata":{"labels":{runsc:"ready",runc:"not-ready"},"annotations":{OWNED_LABELS_ANNOTATION: owned_both, DESIRED_ANNOTATION:"{\"v\":1}"}}})
         );
         // Already so: nothing to write.
@@ -149,24 +182,27 @@ mod tests {
                 (DESIRED_ANNOTATION, "{\"v\":1}"),
             ]),
         };
-        assert_eq!(metadata_patch(&done, &wanted, Some("{\"v\":1}")), None);
-        assert_eq!(metadata_patch(&done, &wanted, None), None);
+        assert_eq!(
+            metadata_patch(&done, &wanted, Some("{\"v\":1}"), None),
+            None
+        );
+        assert_eq!(metadata_patch(&done, &wanted, None, None), None);
         // One value changes.
         let flipped = map(&[(runsc, "not-ready"), (runc, "not-ready")]);
         assert_eq!(
-            parsed(metadata_patch(&done, &flipped, None)),
+            parsed(metadata_patch(&done, &flipped, None, None)),
             json!({"metadata":{"labels":{runsc:"not-ready"}}})
         );
         // runc no longer wanted: removed, the owned set shrinks; the
         // kubelet's label is never touched.
         let only_runsc = map(&[(runsc, "ready")]);
         assert_eq!(
-            parsed(metadata_patch(&done, &only_runsc, None)),
+            parsed(metadata_patch(&done, &only_runsc, None, None)),
             json!({"metadata":{"labels":{runc:null},"annotations":{OWNED_LABELS_ANNOTATION:"[\"sandbox-readiness.io/runsc\"]"}}})
         );
         // --handler-labels off: every owned label goes, and the annotation.
         assert_eq!(
-            parsed(metadata_patch(&done, &BTreeMap::new(), None)),
+            parsed(metadata_patch(&done, &BTreeMap::new(), None, None)),
             json!({"metadata":{"labels":{runc:null,runsc:null},"annotations":{OWNED_LABELS_ANNOTATION:null}}})
         );
         // An owned set naming a foreign label never removes it.
@@ -178,8 +214,62 @@ mod tests {
             )]),
         };
         assert_eq!(
-            parsed(metadata_patch(&edited, &BTreeMap::new(), None)),
+            parsed(metadata_patch(&edited, &BTreeMap::new(), None, None)),
             json!({"metadata":{"annotations":{OWNED_LABELS_ANNOTATION:null}}})
+        );
+    }
+
+    #[test]
+    fn the_metadata_patch_carries_the_verdict_boot() {
+        let runsc = "sandbox-readiness.io/runsc";
+        let owned = r#"["sandbox-readiness.io/runsc"]"#;
+        let wanted = map(&[(runsc, "ready")]);
+        let old = Meta {
+            labels: map(&[(runsc, "ready")]),
+            annotations: map(&[
+                (OWNED_LABELS_ANNOTATION, owned),
+                (VERDICT_BOOT_ANNOTATION, "boot-1"),
+            ]),
+        };
+        // A verdict of a new boot: only the annotation changes, in the
+        // same patch as any label.
+        assert_eq!(
+            parsed(metadata_patch(&old, &wanted, None, Some("boot-2"))),
+            json!({"metadata":{"annotations":{VERDICT_BOOT_ANNOTATION:"boot-2"}}})
+        );
+        let flipped = map(&[(runsc, "not-ready")]);
+        assert_eq!(
+            parsed(metadata_patch(&old, &flipped, None, Some("boot-2"))),
+            json!({"metadata":{"labels":{runsc:"not-ready"},"annotations":{VERDICT_BOOT_ANNOTATION:"boot-2"}}})
+        );
+        // The same boot: nothing to write.
+        assert_eq!(metadata_patch(&old, &wanted, None, Some("boot-1")), None);
+        // Before a verdict (None): the annotation is left as it is while the
+        // labels go unknown.
+        let unknown = map(&[(runsc, "unknown")]);
+        assert_eq!(
+            parsed(metadata_patch(&old, &unknown, None, None)),
+            json!({"metadata":{"labels":{runsc:"unknown"}}})
+        );
+        // A fresh Node gets it; a boot id the agent could not read removes
+        // it rather than claim one, and is nothing when there is none.
+        let fresh = Meta::default();
+        assert_eq!(
+            parsed(metadata_patch(
+                &fresh,
+                &BTreeMap::new(),
+                None,
+                Some("boot-2")
+            )),
+            json!({"metadata":{"annotations":{VERDICT_BOOT_ANNOTATION:"boot-2"}}})
+        );
+        assert_eq!(
+            parsed(metadata_patch(&old, &wanted, None, Some(""))),
+            json!({"metadata":{"annotations":{VERDICT_BOOT_ANNOTATION:null}}})
+        );
+        assert_eq!(
+            metadata_patch(&fresh, &BTreeMap::new(), None, Some("")),
+            None
         );
     }
 }

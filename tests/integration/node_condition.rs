@@ -700,6 +700,285 @@ fn a_removed_runsc_shim_is_false_and_not_ready_until_it_is_restored() {
     });
 }
 
+/// A CRI endpoint that accepts every connection and answers nothing until
+/// [`HeldCri::release`]: a canary against it waits (up to its
+/// `--canary-timeout`), so the agent's first complete verdict is held for
+/// as long as the test needs, and comes at once when the connections are
+/// closed (the canary then did not run: `CANARY_NOT_RUN`).
+struct HeldCri {
+    path: std::path::PathBuf,
+    held: std::sync::Arc<std::sync::Mutex<Vec<std::os::unix::net::UnixStream>>>,
+    released: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    _dir: tempfile::TempDir,
+}
+
+impl HeldCri {
+    fn start() -> HeldCri {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("containerd.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let released = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (h, r) = (held.clone(), released.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if r.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                h.lock().unwrap().extend(conn.ok());
+            }
+        });
+        HeldCri {
+            path,
+            held,
+            released,
+            _dir: dir,
+        }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("unix://{}", self.path.display())
+    }
+
+    /// How many connections it holds.
+    fn connections(&self) -> usize {
+        self.held.lock().unwrap().len()
+    }
+
+    /// Closes every held connection and stops accepting: whatever waits on
+    /// the CRI fails now, and later connections are refused.
+    fn release(&self) {
+        self.released
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        // Wake the blocking accept.
+        let _ = std::os::unix::net::UnixStream::connect(&self.path);
+        for s in self.held.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for HeldCri {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+const VERDICT_BOOT: &str = "sandbox-readiness.io/verdict-boot";
+const RUNC: &str = "sandbox-readiness.io/runc";
+
+/// Node `n` as the agent left it on an earlier run: condition True, the
+/// runc label ready and owned, the verdict dated to boot `verdict_boot`.
+/// Returns the Node's own bootID (this machine's, as kubelet posted it).
+fn seed_verdict(c: &RealCluster, n: &str, verdict_boot: Option<&str>) -> String {
+    let this_boot = node(c, n)["status"]["nodeInfo"]["bootID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!this_boot.is_empty());
+    let cond = json!({"status":{"conditions":[{
+        "type": TYPE,
+        "status": "True",
+        "reason": "Converged",
+        "message": "the node meets the agent's desired state",
+        "lastHeartbeatTime": "2026-12-01T10:00:00Z",
+        "lastTransitionTime": "2026-12-01T09:00:00Z",
+    }]}});
+    c.kubectl_ok(
+        &[
+            "patch",
+            "node",
+            n,
+            "--subresource=status",
+            "--type=strategic",
+            "-p",
+            &cond.to_string(),
+        ],
+        None,
+    );
+    let mut annotations = json!({"sandbox-readiness.io/owned-labels": format!("[\"{RUNC}\"]")});
+    if let Some(b) = verdict_boot {
+        annotations[VERDICT_BOOT] = json!(b);
+    }
+    let meta = json!({"metadata":{"labels":{RUNC:"ready"},"annotations":annotations}});
+    c.kubectl_ok(
+        &["patch", "node", n, "--type=merge", "-p", &meta.to_string()],
+        None,
+    );
+    assert_eq!(status_of(c, n).as_deref(), Some("True"));
+    assert_eq!(label(c, n, RUNC).as_deref(), Some("ready"));
+    this_boot
+}
+
+/// A writer whose first complete verdict waits on `cri`: the runc canary
+/// is required, at limit 0 (so the verdict, once there, is False and runc
+/// not-ready).
+fn held_writer(kc: &Path, cri: &HeldCri) -> Agent {
+    writer_agent(
+        0,
+        kc,
+        &[
+            "--sysctl",
+            LIMIT_OK,
+            "--require-canary",
+            "runc",
+            "--allow-canary",
+            "runc",
+            "--handler-labels",
+            "--cri-endpoint",
+            &cri.endpoint(),
+            "--canary-timeout",
+            "120s",
+        ],
+    )
+}
+
+fn sent_reason(e: &AuditEvent) -> Option<&str> {
+    e["requestObject"]["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|x| x["type"] == TYPE)?["reason"]
+        .as_str()
+}
+
+fn sent_annotation<'a>(e: &'a AuditEvent, key: &str) -> Option<&'a str> {
+    e["requestObject"]["metadata"]["annotations"][key].as_str()
+}
+
+fn sent_label<'a>(e: &'a AuditEvent, key: &str) -> Option<&'a str> {
+    e["requestObject"]["metadata"]["labels"][key].as_str()
+}
+
+#[test]
+fn after_a_reboot_the_condition_is_unknown_until_this_boots_verdict() {
+    let c = RealCluster::shared();
+    let (n, kc) = c.new_node("reboot");
+    let old = "11111111-2222-3333-4444-555555555555";
+    let this_boot = seed_verdict(c, &n, Some(old));
+    let cri = HeldCri::start();
+    let mark = c.audit_mark();
+    let _agent = held_writer(&kc, &cri);
+
+    // Before any verdict (the canary is held): Unknown, then the label
+    // unknown, in that order; the verdict-boot annotation untouched.
+    let writes = agent_writes_until(c, mark, &n, |w| {
+        w.iter().any(is_status_write) && w.iter().any(|e| !is_status_write(e))
+    });
+    assert!(writes.iter().all(|e| http_code(e) == 200), "{writes:#?}");
+    let first = &writes[0];
+    assert!(is_status_write(first), "{writes:#?}");
+    assert_eq!(sent_status(first), Some("Unknown"), "{first:#}");
+    assert_eq!(sent_reason(first), Some("NotCheckedThisBoot"), "{first:#}");
+    let meta = &writes[1];
+    assert!(!is_status_write(meta), "{writes:#?}");
+    assert_eq!(sent_label(meta, RUNC), Some("unknown"), "{meta:#}");
+    assert!(
+        meta["requestObject"]["metadata"]["annotations"][VERDICT_BOOT].is_null(),
+        "{meta:#}"
+    );
+    let cond = condition(c, &n, TYPE).unwrap();
+    assert_eq!(cond["status"], "Unknown", "{cond}");
+    let msg = cond["message"].as_str().unwrap();
+    assert!(
+        msg.contains(&format!("made on boot {old}"))
+            && msg.contains(&format!("booted as {this_boot}")),
+        "{cond}"
+    );
+    assert_eq!(label(c, &n, RUNC).as_deref(), Some("unknown"));
+    assert_eq!(node(c, &n)["metadata"]["annotations"][VERDICT_BOOT], old);
+    // Still held: the canary is connected and waiting, no verdict written.
+    assert!(cri.connections() > 0);
+
+    // The verdict: its condition first, then the labels and the
+    // annotation naming this boot.
+    cri.release();
+    let dated = |e: &AuditEvent| sent_annotation(e, VERDICT_BOOT) == Some(this_boot.as_str());
+    let writes = agent_writes_until(c, mark, &n, |w| w.iter().any(dated));
+    assert!(writes.iter().all(|e| http_code(e) == 200), "{writes:#?}");
+    assert_eq!(statuses_sent(&writes), ["Unknown", "False"], "{writes:#?}");
+    let verdict = writes
+        .iter()
+        .position(|e| sent_status(e) == Some("False"))
+        .unwrap();
+    let annotated = writes.iter().position(dated).unwrap();
+    assert!(verdict < annotated, "{writes:#?}");
+    assert_eq!(sent_reason(&writes[verdict]), Some("SysctlMismatch"));
+    assert_eq!(sent_label(&writes[annotated], RUNC), Some("not-ready"));
+    let after = node(c, &n);
+    assert_eq!(after["metadata"]["annotations"][VERDICT_BOOT], this_boot);
+    assert_eq!(after["metadata"]["labels"][RUNC], "not-ready");
+    assert_eq!(condition(c, &n, TYPE).unwrap()["reason"], "SysctlMismatch");
+}
+
+#[test]
+fn a_restart_within_the_boot_writes_no_unknown() {
+    let c = RealCluster::shared();
+    let (n, kc) = c.new_node("sameboot");
+    let this_boot = node(c, &n)["status"]["nodeInfo"]["bootID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    seed_verdict(c, &n, Some(&this_boot));
+    let cri = HeldCri::start();
+    let mark = c.audit_mark();
+    let agent = held_writer(&kc, &cri);
+    // The writer read the Node and decided, while the verdict is held.
+    agent.log().wait_line(
+        "left as it is until the first complete verdict: it was made on this boot",
+        Duration::from_secs(20),
+    );
+    assert_eq!(status_of(c, &n).as_deref(), Some("True"));
+    assert_eq!(label(c, &n, RUNC).as_deref(), Some("ready"));
+    cri.release();
+    // The first thing the agent wrote after its restart is the verdict.
+    let writes = agent_writes_until(c, mark, &n, |w| {
+        w.iter()
+            .any(|e| !is_status_write(e) && sent_label(e, RUNC).is_some())
+    });
+    assert!(writes.iter().all(|e| http_code(e) == 200), "{writes:#?}");
+    assert_eq!(statuses_sent(&writes), ["False"], "{writes:#?}");
+    assert!(is_status_write(&writes[0]), "{writes:#?}");
+    assert_eq!(sent_reason(&writes[0]), Some("SysctlMismatch"));
+    assert_eq!(sent_label(&writes[1], RUNC), Some("not-ready"));
+    // The annotation already names this boot: not sent again.
+    assert!(
+        writes
+            .iter()
+            .all(|e| sent_annotation(e, VERDICT_BOOT).is_none()),
+        "{writes:#?}"
+    );
+    assert_eq!(
+        node(c, &n)["metadata"]["annotations"][VERDICT_BOOT],
+        this_boot
+    );
+}
+
+/// A Node whose condition does not say which boot it was made on (an agent
+/// from before the verdict-boot annotation): treated as another boot's.
+#[test]
+fn an_undated_condition_is_unknown_until_the_verdict() {
+    let c = RealCluster::shared();
+    let (n, kc) = c.new_node("undated");
+    let this_boot = seed_verdict(c, &n, None);
+    let cri = HeldCri::start();
+    let mark = c.audit_mark();
+    let _agent = held_writer(&kc, &cri);
+    let writes = agent_writes_until(c, mark, &n, |w| w.iter().any(|e| !is_status_write(e)));
+    assert_eq!(
+        sent_reason(&writes[0]),
+        Some("NotCheckedThisBoot"),
+        "{writes:#?}"
+    );
+    assert_eq!(sent_label(&writes[1], RUNC), Some("unknown"), "{writes:#?}");
+    assert!(condition(c, &n, TYPE).unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .contains("does not say which boot"),);
+    cri.release();
+    let dated = |e: &AuditEvent| sent_annotation(e, VERDICT_BOOT) == Some(this_boot.as_str());
+    agent_writes_until(c, mark, &n, |w| w.iter().any(dated));
+}
+
 /// No API server at all: the refusals come before any request.
 #[test]
 fn start_up_refusals_exit_2_with_one_line() {
