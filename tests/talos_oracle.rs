@@ -22,6 +22,12 @@
 //!   `SR_EXTENSION_TREE`), every `ExtensionServiceConfig` the repository
 //!   shows through machinery's config loader and the document's own
 //!   validation.
+//! - `imager_profiles_*`: every imager profile `extension/imager/profile.sh`
+//!   prints (nocloud, openstack, metal disk images and the installer, amd64
+//!   and arm64) through Talos's own `pkg/imager/profile` (Talos's main
+//!   module at the node's release: `SR_TALOS_ORACLE_IMAGER`, built from
+//!   `talos-oracle/imager/`), as `imager -` decodes, defaults and validates
+//!   it, and broken ones Talos refuses or silently takes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -964,5 +970,221 @@ fn extension_service_spec_and_every_extension_service_config_load_in_talos() {
         examples.len(),
         o.cabpt.machinery(),
         o.node.machinery()
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The imager profiles of extension/imager/ (docs/deployment/disk-images.md).
+
+/// A reference pinned by a digest of one repeated hex digit: what the
+/// profile script takes, and easy to find again in the oracle's answer.
+fn pinned_ref(repo_tag: &str, digit: char) -> String {
+    format!("{repo_tag}@sha256:{}", digit.to_string().repeat(64))
+}
+
+/// `extension/imager/profile.sh PLATFORM ARCH` with the given references:
+/// its stdout, or its stderr when it refuses.
+fn profile_sh(platform: &str, arch: &str, ext: &str, gvisor: &str) -> Result<String, String> {
+    let out = Command::new("bash")
+        .arg(repo().join("extension/imager/profile.sh"))
+        .args([platform, arch])
+        .env("SR_EXTENSION_IMAGE", ext)
+        .env("GVISOR_IMAGE", gvisor)
+        .env_remove("TALOS_VERSION")
+        .env_remove("SR_DISK_FORMAT_OUT")
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8(out.stdout).unwrap())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+fn imager_profile(o: &mut Oracle, text: &str) -> Value {
+    o.ask(&json!({"op": "imager-profile", "profile": text}))
+}
+
+#[test]
+fn imager_profiles_pass_talos_imager_profile_code() {
+    // Its own variable: the imager oracle is Talos's main module, built
+    // beside the machinery oracles but able to fail on its own.
+    assert!(
+        std::env::var_os("SR_TALOS_ORACLE_IMAGER").is_some(),
+        "SR_TALOS_ORACLE_IMAGER is not set: run scripts/build-talos-oracle.sh (it builds talos-oracle/imager, Talos's pkg/imager/profile; its stderr says why when it cannot) and export the lines it prints"
+    );
+    let mut imager = Oracle::start("imager", "SR_TALOS_ORACLE_IMAGER");
+    let mut node = Oracle::start("node", "SR_TALOS_ORACLE_NODE");
+    let v = imager.ask(&json!({"op": "version"}));
+    // The profiles name the node's release; the profile code judging them
+    // must be that release's, and its machinery the node oracle's.
+    assert_eq!(v["talos"], "v1.13.9", "{v}");
+    assert_eq!(
+        v["modules"]["github.com/siderolabs/talos/pkg/machinery"],
+        node.machinery(),
+        "{v}"
+    );
+
+    let ext = pinned_ref(
+        &format!(
+            "registry.example.com/sandbox-readiness:{}",
+            env!("CARGO_PKG_VERSION")
+        ),
+        'a',
+    );
+    let gvisor = pinned_ref("ghcr.io/siderolabs/gvisor:20250505.0", 'b');
+    let mut checked = 0;
+    for platform in ["nocloud", "openstack", "metal", "installer"] {
+        for arch in ["amd64", "arm64"] {
+            let what = format!("profile.sh {platform} {arch}");
+            let text = profile_sh(platform, arch, &ext, &gvisor)
+                .unwrap_or_else(|e| panic!("{what} refused: {e}"));
+            let a = imager_profile(&mut imager, &text);
+            assert!(
+                a.get("error").is_none(),
+                "{what}: Talos's imager refuses it: {a}\n{text}"
+            );
+            assert_eq!(
+                a["strictError"], "",
+                "{what}: keys the imager silently ignores: {a}"
+            );
+            let p = &a["profile"];
+            assert_eq!(p["arch"], arch, "{what}: {a}");
+            assert_eq!(p["version"], "v1.13.9", "{what}: {a}");
+            assert_eq!(p["secureboot"], false, "{what}: {a}");
+            // Both extensions, in the profile's order, pinned by the digests
+            // given (the imager pulls exactly these).
+            let exts: Vec<(&str, &str)> = a["references"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| {
+                    r["field"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with("input.systemExtensions")
+                })
+                .map(|r| {
+                    assert!(r.get("error").is_none(), "{what}: {r}");
+                    (
+                        r["imageRef"].as_str().unwrap(),
+                        r["digest"].as_str().unwrap_or(""),
+                    )
+                })
+                .collect();
+            assert_eq!(
+                exts,
+                [
+                    (gvisor.as_str(), &gvisor[gvisor.len() - 71..]),
+                    (ext.as_str(), &ext[ext.len() - 71..]),
+                ],
+                "{what}: {a}"
+            );
+            // The same output Talos's own default profile of that name
+            // finalizes to (pkg/imager/profile/default.go), but for the
+            // compression this project picks (.xz, what CDI imports).
+            let base = if platform == "installer" {
+                "installer"
+            } else {
+                platform
+            };
+            let d = imager_profile(
+                &mut imager,
+                &format!("baseProfileName: {base}\narch: {arch}\nversion: v1.13.9\n"),
+            );
+            assert!(d.get("error").is_none(), "{base}: {d}");
+            let mut ours = p["output"].clone();
+            let mut talos = d["profile"]["output"].clone();
+            if platform == "installer" {
+                assert_eq!(ours["kind"], "installer", "{what}: {a}");
+                assert_eq!(a["outputPath"], format!("installer-{arch}.tar"));
+                assert_eq!(p["platform"], "metal", "{what}: {a}");
+            } else {
+                assert_eq!(ours["kind"], "image", "{what}: {a}");
+                assert_eq!(ours["outFormat"], ".xz", "{what}: {a}");
+                ours.as_object_mut().unwrap().remove("outFormat");
+                talos.as_object_mut().unwrap().remove("outFormat");
+                // The imager appends ".xz" when it compresses (post.go).
+                assert_eq!(a["outputPath"], format!("{platform}-{arch}.raw"));
+                assert_eq!(p["platform"], platform, "{what}: {a}");
+            }
+            assert_eq!(ours, talos, "{what}: output differs from Talos's {base}");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 8);
+
+    // The script refuses references it cannot pin, and placeholders.
+    for (e, g) in [
+        (
+            "registry.example.com/sandbox-readiness:0.1.0",
+            gvisor.as_str(),
+        ),
+        (ext.as_str(), "ghcr.io/siderolabs/gvisor:20250505.0"),
+        (ext.as_str(), "ghcr.io/siderolabs/gvisor@sha256:<digest>"),
+        (ext.as_str(), ""),
+    ] {
+        let r = profile_sh("nocloud", "amd64", e, g);
+        assert!(
+            r.as_ref()
+                .is_err_and(|m| m.contains("GVISOR_IMAGE") || m.contains("SR_EXTENSION_IMAGE")),
+            "profile.sh took {e:?} {g:?}: {r:?}"
+        );
+    }
+
+    // Talos's code has teeth on these profiles: what it refuses, and what
+    // it silently takes (the reason strictError is checked above).
+    let good = profile_sh("nocloud", "amd64", &ext, &gvisor).unwrap();
+    let a = imager_profile(&mut imager, &good.replace("arch: amd64", "arch: riscv64"));
+    assert_eq!(a["stage"], "validate", "{a}");
+    assert!(
+        a["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("invalid arch \"riscv64\"")),
+        "{a}"
+    );
+    let a = imager_profile(&mut imager, &good.replace("kind: image", "kind: disk"));
+    assert_eq!(a["stage"], "decode", "{a}");
+    // A platform left empty (a template variable never filled in).
+    let a = imager_profile(
+        &mut imager,
+        &good.replace("platform: nocloud", "platform: \"\""),
+    );
+    assert_eq!(a["stage"], "validate", "{a}");
+    assert!(
+        a["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("platform is required")),
+        "{a}"
+    );
+    let typo = good.replace("systemExtensions:", "systemExtension:");
+    let a = imager_profile(&mut imager, &typo);
+    assert!(a.get("error").is_none(), "{a}");
+    assert!(
+        a["strictError"]
+            .as_str()
+            .is_some_and(|e| e.contains("systemExtension")),
+        "{a}"
+    );
+    assert!(
+        a["profile"]["input"].get("systemExtensions").is_none(),
+        "{a}"
+    );
+    let placeholder = good.replace(
+        &ext,
+        "registry.example.com/sandbox-readiness@sha256:<digest>",
+    );
+    let a = imager_profile(&mut imager, &placeholder);
+    let r = a["references"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["field"] == "input.systemExtensions[1]")
+        .unwrap();
+    assert!(r["error"].as_str().is_some_and(|e| !e.is_empty()), "{a}");
+
+    eprintln!(
+        "imager: {checked} profiles from extension/imager/profile.sh pass Talos {}'s pkg/imager/profile",
+        v["talos"].as_str().unwrap()
     );
 }
