@@ -502,3 +502,39 @@ fn the_setup_pages_name_the_pinned_rust_release() {
         );
     }
 }
+
+/// Every reason the agent writes on a Node that is not a finding code (the
+/// `REASON_*` constants of src/nodestatus/condition.rs) is in the Node
+/// condition table of docs/reference/kubernetes-objects.md and in the
+/// reasons table of docs/reference/findings.md.
+#[test]
+fn every_node_reason_is_in_both_reason_tables() {
+    let source = std::fs::read_to_string(root().join("src/nodestatus/condition.rs")).unwrap();
+    let reason = regex::Regex::new(r#"pub const REASON_[A-Z_]+: &str = "([A-Za-z]+)";"#).unwrap();
+    let reasons: Vec<&str> = reason
+        .captures_iter(&source)
+        .map(|m| m.get(1).unwrap().as_str())
+        .collect();
+    assert!(reasons.len() >= 4, "only {reasons:?} in condition.rs");
+    let objects =
+        std::fs::read_to_string(root().join("docs/reference/kubernetes-objects.md")).unwrap();
+    let start = objects
+        .find("## Node condition")
+        .expect("a Node condition section");
+    let end = objects
+        .find("## Machine condition")
+        .expect("a Machine condition section");
+    let node_table = &objects[start..end];
+    let findings = std::fs::read_to_string(root().join("docs/reference/findings.md")).unwrap();
+    for r in reasons {
+        let cell = format!("| `{r}` |");
+        assert!(
+            node_table.contains(&format!("`{r}`")),
+            "docs/reference/kubernetes-objects.md's Node condition table has no {r}"
+        );
+        assert!(
+            findings.lines().any(|l| l.starts_with(&cell)),
+            "docs/reference/findings.md has no row for {r}"
+        );
+    }
+}
