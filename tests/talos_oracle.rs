@@ -23,8 +23,8 @@
 //!   shows through machinery's config loader and the document's own
 //!   validation.
 //! - `imager_profiles_*`: every imager profile `extension/imager/profile.sh`
-//!   prints (nocloud, openstack, metal disk images and the installer, amd64
-//!   and arm64) through Talos's own `pkg/imager/profile` (Talos's main
+//!   prints (nocloud, openstack, metal, aws and gcp disk images and the
+//!   installer, amd64 and arm64) through Talos's own `pkg/imager/profile` (Talos's main
 //!   module at the node's release: `SR_TALOS_ORACLE_IMAGER`, built from
 //!   `talos-oracle/imager/`), as `imager -` decodes, defaults and validates
 //!   it, and broken ones Talos refuses or silently takes.
@@ -1034,7 +1034,7 @@ fn imager_profiles_pass_talos_imager_profile_code() {
     );
     let gvisor = pinned_ref("ghcr.io/siderolabs/gvisor:20250505.0", 'b');
     let mut checked = 0;
-    for platform in ["nocloud", "openstack", "metal", "installer"] {
+    for platform in ["nocloud", "openstack", "metal", "aws", "gcp", "installer"] {
         for arch in ["amd64", "arm64"] {
             let what = format!("profile.sh {platform} {arch}");
             let text = profile_sh(platform, arch, &ext, &gvisor)
@@ -1082,7 +1082,8 @@ fn imager_profiles_pass_talos_imager_profile_code() {
             );
             // The same output Talos's own default profile of that name
             // finalizes to (pkg/imager/profile/default.go), but for the
-            // compression this project picks (.xz, what CDI imports).
+            // compression this project picks (.xz, what CDI imports; gcp
+            // keeps Talos's .tar.gz, the form GCE imports).
             let base = if platform == "installer" {
                 "installer"
             } else {
@@ -1101,9 +1102,13 @@ fn imager_profiles_pass_talos_imager_profile_code() {
                 assert_eq!(p["platform"], "metal", "{what}: {a}");
             } else {
                 assert_eq!(ours["kind"], "image", "{what}: {a}");
-                assert_eq!(ours["outFormat"], ".xz", "{what}: {a}");
-                ours.as_object_mut().unwrap().remove("outFormat");
-                talos.as_object_mut().unwrap().remove("outFormat");
+                if platform == "gcp" {
+                    assert_eq!(ours["outFormat"], ".tar.gz", "{what}: {a}");
+                } else {
+                    assert_eq!(ours["outFormat"], ".xz", "{what}: {a}");
+                    ours.as_object_mut().unwrap().remove("outFormat");
+                    talos.as_object_mut().unwrap().remove("outFormat");
+                }
                 // The imager appends ".xz" when it compresses (post.go).
                 assert_eq!(a["outputPath"], format!("{platform}-{arch}.raw"));
                 assert_eq!(p["platform"], platform, "{what}: {a}");
@@ -1112,7 +1117,7 @@ fn imager_profiles_pass_talos_imager_profile_code() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 8);
+    assert_eq!(checked, 12);
 
     // The script refuses references it cannot pin, and placeholders.
     for (e, g) in [

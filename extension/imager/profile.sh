@@ -7,6 +7,8 @@
 #
 #   extension/imager/profile.sh PLATFORM ARCH
 #     PLATFORM  nocloud | openstack | metal   a disk image (Talos pre-installed)
+#               aws | gcp                     a cloud disk image (AMI import,
+#                                             GCE image)
 #               installer                     the installer image for
 #                                             machine.install.image and upgrades
 #     ARCH      amd64 | arm64
@@ -19,18 +21,20 @@
 #                       listed for your Talos release
 #   TALOS_VERSION       the nodes' Talos release, also the imager's tag
 #                       (default v1.13.9)
-#   SR_DISK_FORMAT_OUT  the disk image's compression: .xz (default; what
-#                       KubeVirt's CDI and Cozystack import), .zst, .gz or raw
+#   SR_DISK_FORMAT_OUT  the disk image's compression: .xz (the default but for
+#                       gcp; what KubeVirt's CDI and Cozystack import), .zst,
+#                       .gz, raw, or .tar.gz (a disk.raw inside: gcp's default,
+#                       the form GCE imports)
 set -euo pipefail
 
 usage() {
-	echo "usage: SR_EXTENSION_IMAGE=…@sha256:… GVISOR_IMAGE=…@sha256:… $0 nocloud|openstack|metal|installer amd64|arm64" >&2
+	echo "usage: SR_EXTENSION_IMAGE=…@sha256:… GVISOR_IMAGE=…@sha256:… $0 nocloud|openstack|metal|aws|gcp|installer amd64|arm64" >&2
 	exit 2
 }
 
 [ $# -eq 2 ] || usage
 platform=$1 arch=$2
-case $platform in nocloud | openstack | metal | installer) ;; *) usage ;; esac
+case $platform in nocloud | openstack | metal | aws | gcp | installer) ;; *) usage ;; esac
 case $arch in amd64 | arm64) ;; *) usage ;; esac
 
 version=${TALOS_VERSION:-v1.13.9}
@@ -41,9 +45,11 @@ version=${TALOS_VERSION:-v1.13.9}
 	exit 2
 }
 
-out_format=${SR_DISK_FORMAT_OUT:-.xz}
-case $out_format in .xz | .zst | .gz | raw) ;; *)
-	echo "profile.sh: SR_DISK_FORMAT_OUT=$out_format is not one of .xz .zst .gz raw" >&2
+default_format=.xz
+[ "$platform" != gcp ] || default_format=.tar.gz
+out_format=${SR_DISK_FORMAT_OUT:-$default_format}
+case $out_format in .xz | .zst | .gz | raw | .tar.gz) ;; *)
+	echo "profile.sh: SR_DISK_FORMAT_OUT=$out_format is not one of .xz .zst .gz raw .tar.gz" >&2
 	exit 2
 	;;
 esac
@@ -86,10 +92,13 @@ output:
   outFormat: raw
 YAML
 else
-	# diskSize is Talos's MinRAWDiskSize (1246 MiB, default.go), what its
-	# own nocloud, openstack and metal profiles start from; the imager adds
-	# the boot partitions' sizes (Output.FillDefaults) and the node grows
-	# the disk to its volume at first boot.
+	# diskSize is what Talos's own profile of the platform starts from
+	# (pkg/imager/profile/default.go): MinRAWDiskSize (1246 MiB) for
+	# nocloud, openstack and metal, DefaultRAWDiskSize (8 GiB) for aws and
+	# gcp; the imager adds the boot partitions' sizes (Output.FillDefaults),
+	# and Talos grows its EPHEMERAL volume to the disk it boots on.
+	disk_size=1306525696
+	case $platform in aws | gcp) disk_size=8589934592 ;; esac
 	cat <<YAML
 platform: $platform
 secureboot: false
@@ -101,7 +110,7 @@ input:
 output:
   kind: image
   imageOptions:
-    diskSize: 1306525696
+    diskSize: $disk_size
     diskFormat: raw
   outFormat: $out_format
 YAML
