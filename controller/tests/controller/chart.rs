@@ -333,3 +333,113 @@ fn the_chart_installs_gates_upgrades_and_uninstalls() {
     let left = left_of(&env, release);
     assert!(left.is_empty(), "left after helm uninstall: {left:?}");
 }
+
+/// The promtool of the test cache (Debian bookworm's Prometheus).
+fn promtool() -> PathBuf {
+    let cache = std::env::var_os("SR_TEST_CACHE")
+        .filter(|c| !c.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/sandbox-readiness-tests"));
+    let p = cache.join("prometheus-bookworm/usr/bin/promtool");
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/install-test-deps.sh",
+        p.display()
+    );
+    p
+}
+
+/// `promtool ARGS` in `dir`: fails the test with its output unless it
+/// succeeds; returns its stdout.
+fn run_promtool(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new(promtool())
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "promtool {args:?}:\n{text}");
+    text
+}
+
+/// The management cluster's rules (the chart's PrometheusRule, rendered with
+/// its default labels): `promtool check rules` on its groups, and a unit
+/// test of the no-leader alert with series that fire it and series that do
+/// not.
+#[test]
+fn the_management_rules_pass_promtool() {
+    let rendered = run_helm(
+        None,
+        &[
+            "template",
+            "r",
+            CHART,
+            "--set",
+            "metrics.prometheusRule.enabled=true",
+            "--show-only",
+            "templates/prometheusrule.yaml",
+        ],
+    );
+    let rule = docs(&rendered).into_iter().next().unwrap();
+    assert_eq!(rule["kind"], "PrometheusRule");
+    // kube-prometheus-stack's selector label, by default.
+    assert_eq!(
+        rule["metadata"]["labels"]["release"],
+        "kube-prometheus-stack"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let groups = serde_json::json!({"groups": rule["spec"]["groups"]});
+    std::fs::write(
+        dir.path().join("management.rules.yaml"),
+        serde_yaml_ng::to_string(&groups).unwrap(),
+    )
+    .unwrap();
+    let out = run_promtool(dir.path(), &["check", "rules", "management.rules.yaml"]);
+    let rules: usize = rule["spec"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["rules"].as_array().unwrap().len())
+        .sum();
+    assert!(
+        out.contains(&format!("SUCCESS: {rules} rules found")),
+        "{out}"
+    );
+    std::fs::write(
+        dir.path().join("management.test.yaml"),
+        r#"rule_files: [management.rules.yaml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      # Two replicas, one leading, until the leader's series stops at 10m.
+      - series: 'sandbox_readiness_controller_leader{pod="a"}'
+        values: '1x10 _x30'
+      - series: 'sandbox_readiness_controller_leader{pod="b"}'
+        values: '0x40'
+    alert_rule_test:
+      - eval_time: 9m
+        alertname: SandboxReadinessControllerNoLeader
+        exp_alerts: []
+      - eval_time: 25m
+        alertname: SandboxReadinessControllerNoLeader
+        exp_alerts:
+          - exp_labels: {severity: critical}
+            exp_annotations:
+              summary: No replica of the sandbox-readiness controller leads; no Machine condition is written and gated rollouts stall.
+  - interval: 1m
+    input_series:
+      - series: 'sandbox_readiness_controller_leader{pod="a"}'
+        values: '0x40'
+      - series: 'sandbox_readiness_controller_leader{pod="b"}'
+        values: '1x40'
+    alert_rule_test:
+      - eval_time: 30m
+        alertname: SandboxReadinessControllerNoLeader
+        exp_alerts: []
+"#,
+    )
+    .unwrap();
+    run_promtool(dir.path(), &["test", "rules", "management.test.yaml"]);
+}
