@@ -707,8 +707,10 @@ fn a_removed_runsc_shim_is_false_and_not_ready_until_it_is_restored() {
 /// closed (the canary then did not run: `CANARY_NOT_RUN`).
 struct HeldCri {
     path: std::path::PathBuf,
-    held: std::sync::Arc<std::sync::Mutex<Vec<std::os::unix::net::UnixStream>>>,
-    released: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The connections held; `None` once released (a connection accepted
+    /// then is closed at once: the check and the hold are under one lock,
+    /// so none is held past the release).
+    held: std::sync::Arc<std::sync::Mutex<Option<Vec<std::os::unix::net::UnixStream>>>>,
     _dir: tempfile::TempDir,
 }
 
@@ -717,21 +719,21 @@ impl HeldCri {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("containerd.sock");
         let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
-        let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let released = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (h, r) = (held.clone(), released.clone());
+        let held = std::sync::Arc::new(std::sync::Mutex::new(Some(Vec::new())));
+        let h = held.clone();
         std::thread::spawn(move || {
             for conn in listener.incoming() {
-                if r.load(std::sync::atomic::Ordering::SeqCst) {
-                    break;
+                match h.lock().unwrap().as_mut() {
+                    Some(conns) => conns.extend(conn.ok()),
+                    // Released: the listener goes, later connections are
+                    // refused.
+                    None => break,
                 }
-                h.lock().unwrap().extend(conn.ok());
             }
         });
         HeldCri {
             path,
             held,
-            released,
             _dir: dir,
         }
     }
@@ -742,19 +744,18 @@ impl HeldCri {
 
     /// How many connections it holds.
     fn connections(&self) -> usize {
-        self.held.lock().unwrap().len()
+        self.held.lock().unwrap().as_ref().map_or(0, Vec::len)
     }
 
     /// Closes every held connection and stops accepting: whatever waits on
     /// the CRI fails now, and later connections are refused.
     fn release(&self) {
-        self.released
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        // Wake the blocking accept.
-        let _ = std::os::unix::net::UnixStream::connect(&self.path);
-        for s in self.held.lock().unwrap().drain(..) {
+        let conns = self.held.lock().unwrap().take().unwrap_or_default();
+        for s in conns {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
+        // Wake the blocking accept, which then sees the release.
+        let _ = std::os::unix::net::UnixStream::connect(&self.path);
     }
 }
 
@@ -768,7 +769,8 @@ const VERDICT_BOOT: &str = "sandbox-readiness.io/verdict-boot";
 const RUNC: &str = "sandbox-readiness.io/runc";
 
 /// Node `n` as the agent left it on an earlier run: condition True, the
-/// runc label ready and owned, the verdict dated to boot `verdict_boot`.
+/// runc label ready and owned, the verdict dated to boot `verdict_boot`
+/// (`None`: undated, as an agent from before the annotation left it).
 /// Returns the Node's own bootID (this machine's, as kubelet posted it).
 fn seed_verdict(c: &RealCluster, n: &str, verdict_boot: Option<&str>) -> String {
     let this_boot = node(c, n)["status"]["nodeInfo"]["bootID"]
@@ -849,6 +851,18 @@ fn sent_label<'a>(e: &'a AuditEvent, key: &str) -> Option<&'a str> {
     e["requestObject"]["metadata"]["labels"][key].as_str()
 }
 
+/// The agent's writes after `mark` up to and including the first metadata
+/// patch that sent `label` for runc, the ones before it checked accepted.
+/// Later writes (a finding's message that changed) are left out.
+fn writes_until_label(c: &RealCluster, mark: AuditMark, n: &str, value: &str) -> Vec<AuditEvent> {
+    let labelled = |e: &AuditEvent| !is_status_write(e) && sent_label(e, RUNC) == Some(value);
+    let mut writes = agent_writes_until(c, mark, n, |w| w.iter().any(labelled));
+    let end = writes.iter().position(labelled).unwrap();
+    writes.truncate(end + 1);
+    assert!(writes.iter().all(|e| http_code(e) == 200), "{writes:#?}");
+    writes
+}
+
 #[test]
 fn after_a_reboot_the_condition_is_unknown_until_this_boots_verdict() {
     let c = RealCluster::shared();
@@ -861,20 +875,21 @@ fn after_a_reboot_the_condition_is_unknown_until_this_boots_verdict() {
 
     // Before any verdict (the canary is held): Unknown, then the label
     // unknown, in that order; the verdict-boot annotation untouched.
-    let writes = agent_writes_until(c, mark, &n, |w| {
-        w.iter().any(is_status_write) && w.iter().any(|e| !is_status_write(e))
+    poll(Duration::from_secs(20), "the label unknown", || {
+        label(c, &n, RUNC).as_deref() == Some("unknown")
     });
-    assert!(writes.iter().all(|e| http_code(e) == 200), "{writes:#?}");
-    let first = &writes[0];
-    assert!(is_status_write(first), "{writes:#?}");
-    assert_eq!(sent_status(first), Some("Unknown"), "{first:#}");
-    assert_eq!(sent_reason(first), Some("NotCheckedThisBoot"), "{first:#}");
-    let meta = &writes[1];
-    assert!(!is_status_write(meta), "{writes:#?}");
-    assert_eq!(sent_label(meta, RUNC), Some("unknown"), "{meta:#}");
+    let writes = writes_until_label(c, mark, &n, "unknown");
+    assert_eq!(writes.len(), 2, "{writes:#?}");
+    assert!(is_status_write(&writes[0]), "{writes:#?}");
+    assert_eq!(sent_status(&writes[0]), Some("Unknown"), "{writes:#?}");
+    assert_eq!(
+        sent_reason(&writes[0]),
+        Some("NotCheckedThisBoot"),
+        "{writes:#?}"
+    );
     assert!(
-        meta["requestObject"]["metadata"]["annotations"][VERDICT_BOOT].is_null(),
-        "{meta:#}"
+        writes[1]["requestObject"]["metadata"]["annotations"][VERDICT_BOOT].is_null(),
+        "{writes:#?}"
     );
     let cond = condition(c, &n, TYPE).unwrap();
     assert_eq!(cond["status"], "Unknown", "{cond}");
@@ -884,29 +899,31 @@ fn after_a_reboot_the_condition_is_unknown_until_this_boots_verdict() {
             && msg.contains(&format!("booted as {this_boot}")),
         "{cond}"
     );
-    assert_eq!(label(c, &n, RUNC).as_deref(), Some("unknown"));
     assert_eq!(node(c, &n)["metadata"]["annotations"][VERDICT_BOOT], old);
-    // Still held: the canary is connected and waiting, no verdict written.
+    // Still held: the canary is connected and waiting.
     assert!(cri.connections() > 0);
 
     // The verdict: its condition first, then the labels and the
-    // annotation naming this boot.
+    // annotation naming this boot, in one patch.
     cri.release();
-    let dated = |e: &AuditEvent| sent_annotation(e, VERDICT_BOOT) == Some(this_boot.as_str());
-    let writes = agent_writes_until(c, mark, &n, |w| w.iter().any(dated));
-    assert!(writes.iter().all(|e| http_code(e) == 200), "{writes:#?}");
+    poll(Duration::from_secs(20), "the label not-ready", || {
+        label(c, &n, RUNC).as_deref() == Some("not-ready")
+    });
+    let writes = writes_until_label(c, mark, &n, "not-ready");
     assert_eq!(statuses_sent(&writes), ["Unknown", "False"], "{writes:#?}");
-    let verdict = writes
-        .iter()
-        .position(|e| sent_status(e) == Some("False"))
-        .unwrap();
-    let annotated = writes.iter().position(dated).unwrap();
-    assert!(verdict < annotated, "{writes:#?}");
-    assert_eq!(sent_reason(&writes[verdict]), Some("SysctlMismatch"));
-    assert_eq!(sent_label(&writes[annotated], RUNC), Some("not-ready"));
+    assert_eq!(writes.len(), 4, "{writes:#?}");
+    assert_eq!(
+        sent_reason(&writes[2]),
+        Some("SysctlMismatch"),
+        "{writes:#?}"
+    );
+    assert_eq!(
+        sent_annotation(&writes[3], VERDICT_BOOT),
+        Some(this_boot.as_str()),
+        "{writes:#?}"
+    );
     let after = node(c, &n);
     assert_eq!(after["metadata"]["annotations"][VERDICT_BOOT], this_boot);
-    assert_eq!(after["metadata"]["labels"][RUNC], "not-ready");
     assert_eq!(condition(c, &n, TYPE).unwrap()["reason"], "SysctlMismatch");
 }
 
@@ -930,21 +947,24 @@ fn a_restart_within_the_boot_writes_no_unknown() {
     assert_eq!(status_of(c, &n).as_deref(), Some("True"));
     assert_eq!(label(c, &n, RUNC).as_deref(), Some("ready"));
     cri.release();
-    // The first thing the agent wrote after its restart is the verdict.
-    let writes = agent_writes_until(c, mark, &n, |w| {
-        w.iter()
-            .any(|e| !is_status_write(e) && sent_label(e, RUNC).is_some())
+    poll(Duration::from_secs(20), "the label not-ready", || {
+        label(c, &n, RUNC).as_deref() == Some("not-ready")
     });
-    assert!(writes.iter().all(|e| http_code(e) == 200), "{writes:#?}");
+    // The first things the agent wrote after its restart are the verdict's
+    // condition, then its labels; the annotation already names this boot,
+    // so it is not sent again.
+    let writes = writes_until_label(c, mark, &n, "not-ready");
+    assert_eq!(writes.len(), 2, "{writes:#?}");
     assert_eq!(statuses_sent(&writes), ["False"], "{writes:#?}");
     assert!(is_status_write(&writes[0]), "{writes:#?}");
-    assert_eq!(sent_reason(&writes[0]), Some("SysctlMismatch"));
-    assert_eq!(sent_label(&writes[1], RUNC), Some("not-ready"));
-    // The annotation already names this boot: not sent again.
-    assert!(
-        writes
-            .iter()
-            .all(|e| sent_annotation(e, VERDICT_BOOT).is_none()),
+    assert_eq!(
+        sent_reason(&writes[0]),
+        Some("SysctlMismatch"),
+        "{writes:#?}"
+    );
+    assert_eq!(
+        sent_annotation(&writes[1], VERDICT_BOOT),
+        None,
         "{writes:#?}"
     );
     assert_eq!(
@@ -963,20 +983,31 @@ fn an_undated_condition_is_unknown_until_the_verdict() {
     let cri = HeldCri::start();
     let mark = c.audit_mark();
     let _agent = held_writer(&kc, &cri);
-    let writes = agent_writes_until(c, mark, &n, |w| w.iter().any(|e| !is_status_write(e)));
+    poll(Duration::from_secs(20), "the label unknown", || {
+        label(c, &n, RUNC).as_deref() == Some("unknown")
+    });
+    let writes = writes_until_label(c, mark, &n, "unknown");
+    assert_eq!(writes.len(), 2, "{writes:#?}");
     assert_eq!(
         sent_reason(&writes[0]),
         Some("NotCheckedThisBoot"),
         "{writes:#?}"
     );
-    assert_eq!(sent_label(&writes[1], RUNC), Some("unknown"), "{writes:#?}");
-    assert!(condition(c, &n, TYPE).unwrap()["message"]
-        .as_str()
-        .unwrap()
-        .contains("does not say which boot"),);
+    let cond = condition(c, &n, TYPE).unwrap();
+    assert!(
+        cond["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not say which boot"),
+        "{cond}"
+    );
     cri.release();
-    let dated = |e: &AuditEvent| sent_annotation(e, VERDICT_BOOT) == Some(this_boot.as_str());
-    agent_writes_until(c, mark, &n, |w| w.iter().any(dated));
+    let writes = writes_until_label(c, mark, &n, "not-ready");
+    assert_eq!(
+        sent_annotation(writes.last().unwrap(), VERDICT_BOOT),
+        Some(this_boot.as_str()),
+        "{writes:#?}"
+    );
 }
 
 /// No API server at all: the refusals come before any request.
