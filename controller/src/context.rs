@@ -151,6 +151,21 @@ impl Context {
         }
     }
 
+    /// Drops the connections of Clusters the Cluster cache no longer holds
+    /// (after a relist, which reports no deletion).
+    pub fn forget_unlisted_clusters(&self) {
+        let gone: Vec<Key> = lock(&self.workloads)
+            .keys()
+            .filter(|(ns, name)| self.cluster(ns, name).is_none())
+            .cloned()
+            .collect();
+        for k in gone {
+            if lock(&self.workloads).remove(&k).is_some() {
+                tracing::info!(cluster = %format!("{}/{}", k.0, k.1), "Cluster not listed again (deleted while the watch was down); its workload client is dropped");
+            }
+        }
+    }
+
     /// The Machine to plan on: the one the last write returned while the
     /// cache still has the version that write replaced.
     pub fn current(&self, k: &Key, cached: &DynamicObject) -> DynamicObject {

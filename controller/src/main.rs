@@ -13,7 +13,7 @@ use kube::{
     Client, Config,
 };
 use sandbox_readiness_controller::{
-    context, discovery, kubeconfig, metrics::Metrics, ops, qps, run,
+    context, discovery, kubeconfig, leader, metrics::Metrics, ops, qps, run,
 };
 
 /// Mirrors each workload Node's sandbox readiness condition onto its Cluster
@@ -90,9 +90,12 @@ fn valid_condition_type(t: &str) -> bool {
 /// recorder's, each behind its own --kube-qps/--kube-burst bucket (see
 /// `run::run`), and the Lease's, behind a bucket of its own
 /// ([`qps::LEASE`]): a retry storm of the reconciles never delays a renewal.
+/// The first two send writes only while `gate` is open (the Lease's is the
+/// elector's own).
 async fn management_client(
     path: Option<&PathBuf>,
     limits: qps::Limits,
+    gate: &leader::Gate,
 ) -> Result<(Client, Client, Client), String> {
     let config = match path {
         Some(p) => {
@@ -110,12 +113,11 @@ async fn management_client(
         None => Config::incluster()
             .map_err(|e| format!("no --kubeconfig and no in-cluster config: {e}"))?,
     };
-    let client =
-        |c, l| qps::client(c, l).map_err(|e| format!("the management cluster's client: {e}"));
+    let failed = |e: kube::Error| format!("the management cluster's client: {e}");
     Ok((
-        client(config.clone(), limits)?,
-        client(config.clone(), limits)?,
-        client(config, qps::LEASE)?,
+        qps::gated_client(config.clone(), limits, gate.clone()).map_err(failed)?,
+        qps::gated_client(config.clone(), limits, gate.clone()).map_err(failed)?,
+        qps::client(config, qps::LEASE).map_err(failed)?,
     ))
 }
 
@@ -136,13 +138,19 @@ async fn main_async(args: Args) -> ExitCode {
         return ExitCode::from(2);
     }
     let limits = args.ops.client_limits();
-    let (client, events, lease) = match management_client(args.kubeconfig.as_ref(), limits).await {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
+    let gate = if args.ops.leader_elect {
+        leader::Gate::closed()
+    } else {
+        leader::Gate::always()
     };
+    let (client, events, lease) =
+        match management_client(args.kubeconfig.as_ref(), limits, &gate).await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(2);
+            }
+        };
     let groups = match tokio::time::timeout(Duration::from_secs(30), client.list_api_groups()).await
     {
         Ok(Ok(g)) => g,
@@ -170,7 +178,7 @@ async fn main_async(args: Args) -> ExitCode {
         limits,
     };
     let metrics = std::sync::Arc::new(Metrics::default());
-    let mut ops = match ops::Ops::start(&lease, &args.ops, metrics.clone()).await {
+    let mut ops = match ops::Ops::start(&lease, &args.ops, gate, metrics.clone()).await {
         Ok(o) => o,
         Err(e) => {
             eprintln!("{e}");

@@ -92,10 +92,12 @@ const RELEASE_WITHIN: Duration = Duration::from_secs(3);
 
 impl Ops {
     /// Binds the endpoints (the one refusal: the address) and starts the
-    /// elector.
+    /// elector, which opens and closes `gate` (made by the caller, so the
+    /// clients built before can ask it: [`crate::qps::gated_client`]).
     pub async fn start(
         client: &Client,
         a: &OpsArgs,
+        gate: Gate,
         metrics: std::sync::Arc<crate::metrics::Metrics>,
     ) -> Result<Ops, String> {
         let listener = match a.http_listen {
@@ -113,12 +115,11 @@ impl Ops {
         if !a.leader_elect {
             metrics.set_leader(true);
             return Ok(Ops {
-                gate: Gate::always(),
+                gate,
                 elector: None,
                 listener,
             });
         }
-        let gate = Gate::closed();
         let ns = a
             .leader_elect_resource_namespace
             .clone()

@@ -133,6 +133,16 @@ pub fn plan(
 }
 
 /// The body of `PATCH …/machines/NAME/status` (`application/merge-patch+json`).
+/// The conditions without those of type `ty`; `None` when there is none.
+pub fn without(conditions: &[Value], ty: &str) -> Option<Vec<Value>> {
+    let out: Vec<Value> = conditions
+        .iter()
+        .filter(|c| c.get("type").and_then(Value::as_str) != Some(ty))
+        .cloned()
+        .collect();
+    (out.len() != conditions.len()).then_some(out)
+}
+
 pub fn body(resource_version: &str, conditions: &[Value]) -> Value {
     json!({
         "metadata": {"resourceVersion": resource_version},
@@ -364,5 +374,18 @@ mod tests {
             Some(("Warning", "SandboxNotReady"))
         );
         assert_eq!(event_for(None, False), Some(("Warning", "SandboxNotReady")));
+    }
+
+    #[test]
+    fn without_removes_only_our_type() {
+        let conds = vec![
+            json!({"type": "Ready", "status": "True"}),
+            json!({"type": TY, "status": "True"}),
+        ];
+        assert_eq!(
+            without(&conds, TY),
+            Some(vec![json!({"type": "Ready", "status": "True"})])
+        );
+        assert_eq!(without(&conds[..1], TY), None);
     }
 }

@@ -21,6 +21,8 @@ use std::{
 use kube::{client::ClientBuilder, Client, Config};
 use tower::{Layer, Service};
 
+use crate::leader::Gate;
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limits {
     pub qps: f64,
@@ -56,6 +58,84 @@ pub fn client(mut config: Config, l: Limits) -> Result<Client, kube::Error> {
     Ok(ClientBuilder::try_from(config)?
         .with_layer(&QpsLayer::new(l))
         .build())
+}
+
+/// [`client`], whose writes are sent only while `gate` is open: asked
+/// after the request's wait in the bucket, right before it is sent, so a
+/// leader deposed while its write waited for a token sends nothing.
+pub fn gated_client(mut config: Config, l: Limits, gate: Gate) -> Result<Client, kube::Error> {
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::header::HeaderValue::from_static(USER_AGENT),
+    ));
+    // kube's `with_layer` wraps what is there: the gate goes on first, so
+    // the bucket is outside it and its wait comes before the gate's check.
+    Ok(ClientBuilder::try_from(config)?
+        .with_layer(&GateLayer(gate))
+        .with_layer(&QpsLayer::new(l))
+        .build())
+}
+
+/// A write refused by the client because this process is not the leader
+/// (any request but GET, HEAD and OPTIONS).
+#[derive(Debug, thiserror::Error)]
+#[error("not sent: this controller is not the leader")]
+pub struct NotLeader;
+
+/// Whether `e` is the gate's refusal ([`NotLeader`]).
+pub fn not_leader(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Service(b) => b.is::<NotLeader>(),
+        _ => false,
+    }
+}
+
+#[derive(Clone)]
+struct GateLayer(Gate);
+
+impl<S> Layer<S> for GateLayer {
+    type Service = GateService<S>;
+    fn layer(&self, inner: S) -> GateService<S> {
+        GateService {
+            inner,
+            gate: self.0.clone(),
+        }
+    }
+}
+
+pub struct GateService<S> {
+    inner: S,
+    gate: Gate,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl<S, B> Service<http::Request<B>> for GateService<S>
+where
+    S: Service<http::Request<B>>,
+    S::Response: Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let read = matches!(
+            *req.method(),
+            http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
+        );
+        if !read && !self.gate.may_write() {
+            return Box::pin(std::future::ready(Err(Box::new(NotLeader) as BoxError)));
+        }
+        let f = self.inner.call(req);
+        Box::pin(async move { f.await.map_err(Into::into) })
+    }
 }
 
 /// Every single request waits at most this long: a hung API server must not
@@ -194,5 +274,44 @@ mod tests {
             assert_eq!(b.take(later), Ok(()));
         }
         assert!(b.take(later).is_err());
+    }
+
+    /// A service that answers every request it is sent with its method.
+    struct Echo;
+    impl Service<http::Request<()>> for Echo {
+        type Response = http::Method;
+        type Error = BoxError;
+        type Future = std::future::Ready<Result<http::Method, BoxError>>;
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+            Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, req: http::Request<()>) -> Self::Future {
+            std::future::ready(Ok(req.method().clone()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_closed_gate_sends_reads_and_no_writes() {
+        let req = |m: http::Method| http::Request::builder().method(m).body(()).unwrap();
+        let mut closed = GateLayer(Gate::closed()).layer(Echo);
+        assert_eq!(
+            closed.call(req(http::Method::GET)).await.unwrap(),
+            http::Method::GET
+        );
+        for m in [
+            http::Method::PATCH,
+            http::Method::POST,
+            http::Method::PUT,
+            http::Method::DELETE,
+        ] {
+            let e = closed.call(req(m)).await.unwrap_err();
+            assert!(e.is::<NotLeader>(), "{e}");
+            assert!(not_leader(&kube::Error::Service(e)));
+        }
+        let mut open = GateLayer(Gate::always()).layer(Echo);
+        assert_eq!(
+            open.call(req(http::Method::PATCH)).await.unwrap(),
+            http::Method::PATCH
+        );
     }
 }

@@ -93,7 +93,10 @@ async fn reconcile_machine(cached: &DynamicObject, ctx: &Context) -> Result<Acti
     let current = ctx.current(&k, cached);
     let whole = serde_json::to_value(&current).unwrap_or(Value::Null);
     let v = machine::view(&whole, ty);
-    if !machine::selected(&v, |d| ctx.deployment_mirrored(&k.0, d)) {
+    let selected = machine::selected(&v, |d| ctx.deployment_mirrored(&k.0, d));
+    let conds = conditions(&whole);
+    let old = patch::existing(&conds, ty);
+    if !selected && old.is_none() {
         return Ok(Action::await_change());
     }
     if current.metadata.deletion_timestamp.is_some() {
@@ -111,10 +114,17 @@ async fn reconcile_machine(cached: &DynamicObject, ctx: &Context) -> Result<Acti
         tracing::debug!(machine = %format!("{}/{}", k.0, k.1), "paused; left alone");
         return Ok(Action::await_change());
     }
-    let conds = conditions(&whole);
-    let old = patch::existing(&conds, ty);
+    if !selected {
+        // Deselected (its pool's mirror annotation or its gate removed): the
+        // condition goes. Nobody vouches for it any more, and no gate reads
+        // it; an Unknown left in its place would have a MachineHealthCheck
+        // with an Unknown rule remediate the whole pool, and a frozen True
+        // would say what nobody checks.
+        write(ctx, &k, current, None).await?;
+        return Ok(Action::await_change());
+    }
     if v.gate == machine::Gate::Negative {
-        write(ctx, &k, current, &condition::negative_gate(ty)).await?;
+        write(ctx, &k, current, Some(&condition::negative_gate(ty))).await?;
         return Ok(Action::await_change());
     }
     let seen = seen(ctx, &k.0, &v, cluster.is_some()).await;
@@ -127,7 +137,7 @@ async fn reconcile_machine(cached: &DynamicObject, ctx: &Context) -> Result<Acti
         proof::gate(ctx, &k, &current, &v, &seen, old.as_ref(), decided).await;
     match decided {
         Decision::Keep => {}
-        Decision::Write(verdict) => write(ctx, &k, current, &verdict).await?,
+        Decision::Write(verdict) => write(ctx, &k, current, Some(&verdict)).await?,
     }
     // A second past the moment, so the clock has surely passed it; and at
     // least every --secret-resync, so a rotated or edited workload
@@ -228,15 +238,15 @@ async fn seen(ctx: &Context, ns: &str, v: &MachineView<'_>, cluster_exists: bool
     }
 }
 
-/// Writes `verdict` onto the Machine unless it already says it; re-reads
-/// and plans again on 409, so a concurrent write by Cluster API is never
-/// overwritten (the merge patch carries the resourceVersion it was planned
-/// on).
+/// Writes `verdict` onto the Machine unless it already says it (`None`:
+/// removes the condition, if there); re-reads and plans again on 409, so a
+/// concurrent write by Cluster API is never overwritten (the merge patch
+/// carries the resourceVersion it was planned on).
 async fn write(
     ctx: &Context,
     k: &Key,
     mut current: DynamicObject,
-    verdict: &Verdict,
+    verdict: Option<&Verdict>,
 ) -> Result<(), Error> {
     let ty = &ctx.settings.condition_type;
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.mgmt.clone(), &k.0, &ctx.machine_ar);
@@ -250,7 +260,13 @@ async fn write(
         let conds = conditions(&whole);
         let old = patch::existing(&conds, ty);
         let now = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
-        let Some(plan) = patch::plan(&conds, ty, verdict, current.metadata.generation, &now) else {
+        let planned = match verdict {
+            Some(v) => {
+                patch::plan(&conds, ty, v, current.metadata.generation, &now).map(|p| p.conditions)
+            }
+            None => patch::without(&conds, ty),
+        };
+        let Some(planned) = planned else {
             tracing::debug!(machine = %name, "condition unchanged; nothing to write");
             return Ok(());
         };
@@ -264,27 +280,35 @@ async fn write(
         if !ctx.gate.may_write() {
             return Ok(());
         }
-        let body = patch::body(&rv, &plan.conditions);
+        let body = patch::body(&rv, &planned);
         match timed(api.patch_status(&k.1, &params, &Patch::Merge(&body))).await {
             Ok(mut after) => {
                 machine::slim(&mut after);
                 ctx.metrics.write_ok();
-                tracing::info!(
-                    machine = %name,
-                    status = verdict.status.as_str(),
-                    reason = %verdict.reason,
-                    "condition written"
-                );
-                if let Some((t, reason)) = patch::event_for_write(old.as_ref(), verdict) {
-                    event(
-                        ctx,
-                        &after,
-                        t,
-                        reason,
-                        &verdict.message,
-                        "MirrorNodeCondition",
-                    )
-                    .await;
+                match verdict {
+                    Some(verdict) => {
+                        tracing::info!(
+                            machine = %name,
+                            status = verdict.status.as_str(),
+                            reason = %verdict.reason,
+                            "condition written"
+                        );
+                        if let Some((t, reason)) = patch::event_for_write(old.as_ref(), verdict) {
+                            event(
+                                ctx,
+                                &after,
+                                t,
+                                reason,
+                                &verdict.message,
+                                "MirrorNodeCondition",
+                            )
+                            .await;
+                        }
+                    }
+                    None => tracing::info!(
+                        machine = %name,
+                        "no longer mirrored (no gate on the condition, its pool not mirrored): condition removed"
+                    ),
                 }
                 ctx.wrote(k.clone(), rv, after);
                 return Ok(());
@@ -302,6 +326,8 @@ async fn write(
             }
             // Deleted meanwhile: nothing to write.
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            // Deposed while the write waited for its token: not sent.
+            Err(e) if crate::qps::not_leader(&e) => return Ok(()),
             Err(source) => {
                 ctx.metrics.write_failed();
                 return Err(Error::Write {
@@ -337,6 +363,7 @@ pub(crate) async fn event(
     let r = m.object_ref(&ctx.machine_ar);
     match timed(ctx.recorder.publish(&ev, &r)).await {
         Ok(()) => ctx.metrics.event(),
+        Err(kube::Error::Service(e)) if e.is::<crate::qps::NotLeader>() => {}
         Err(e) => {
             tracing::warn!(machine = %m.name_any(), error = %e, "recording an Event failed")
         }

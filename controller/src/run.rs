@@ -159,6 +159,7 @@ pub async fn run(
         limits: settings.limits,
         transport: settings.transport,
         condition_type: settings.condition_type.clone(),
+        gate: gate.clone(),
     };
     let ctx = Arc::new(Context::new(
         mgmt.clone(),
@@ -247,8 +248,13 @@ pub async fn run(
             cluster_stream
                 .inspect(move |ev| {
                     log(ev);
-                    if let Ok(watcher::Event::Delete(cl)) = ev {
-                        c.forget_cluster(&key(cl));
+                    match ev {
+                        Ok(watcher::Event::Delete(cl)) => c.forget_cluster(&key(cl)),
+                        // A relist (after a 410, or a reconnect) sends no
+                        // Delete for a Cluster deleted meanwhile: what it
+                        // no longer lists is dropped here.
+                        Ok(watcher::Event::InitDone) => c.forget_unlisted_clusters(),
+                        _ => {}
                     }
                 })
                 .touched_objects(),

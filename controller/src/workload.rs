@@ -104,6 +104,9 @@ pub struct Reporting {
     pub transport: kubeconfig::Transport,
     /// The condition type kept of each Node.
     pub condition_type: String,
+    /// The leader gate: a workload client's writes (the proof's pods) are
+    /// sent only while it is open.
+    pub gate: crate::leader::Gate,
 }
 
 impl Drop for Conn {
@@ -424,7 +427,7 @@ impl Workload {
                 return;
             }
         };
-        let client = match qps::client(config, rep.limits) {
+        let client = match qps::gated_client(config, rep.limits, rep.gate.clone()) {
             Ok(c) => c,
             Err(_) => {
                 let why = format!("Secret {full}: no client can be built from the kubeconfig");
