@@ -303,6 +303,29 @@ fn selects_gated_machines_and_those_of_mirrored_deployments() {
         early.is_empty(),
         "plain written before it was selected: {early:#?}"
     );
+    // Deselected again: the annotation removed (plain has no gate), its
+    // condition goes; the other pools' Machines keep theirs.
+    let removed = env.mgmt.audit_mark();
+    env.mgmt.write(
+        "PATCH",
+        &format!("{CAPI}/namespaces/{}/machinedeployments/md-plain", env.ns),
+        MERGE,
+        &json!({"metadata":{"annotations":{"sandbox-readiness.io/mirror":null}}}),
+    );
+    poll(Duration::from_secs(30), "plain's condition removed", || {
+        env.condition("plain").is_none()
+    });
+    poll(
+        Duration::from_secs(10),
+        "the removal in the audit log",
+        || {
+            env.status_writes("plain")
+                .iter()
+                .any(|e| removed.precedes(e))
+        },
+    );
+    assert_eq!(env.status("mirrored").as_deref(), Some("True"));
+    assert_eq!(env.status("gated").as_deref(), Some("True"));
 }
 
 #[test]
@@ -556,6 +579,65 @@ fn a_deleted_cluster_drops_its_workload_client() {
     env.wait_status("m2", "True", Duration::from_secs(5));
 }
 
+/// A Cluster deleted while the controller's watches are down is never
+/// reported deleted to it: its watch comes back to a compacted history (a
+/// 410), relists, and the list no longer holds it. Its workload client and
+/// Node cache are dropped all the same.
+#[test]
+fn a_cluster_deleted_during_a_relist_drops_its_workload_client() {
+    let env = Env::start();
+    env.node("w1");
+    env.machine("md-a", "m1", true, &[SYSCTL], Some("w1"));
+    env.agent_writes("w1", "True", "Converged", &[SYSCTL]);
+    let proxy = test_api::FaultProxy::http(env.mgmt.dir()).unwrap();
+    let admin = proxy.client_cert("admin", &["system:masters"]);
+    let kc = env.dir.path().join("proxied.kubeconfig");
+    std::fs::write(&kc, proxy.kubeconfig_inline(&admin)).unwrap();
+    let ctl = env.controller_as(&kc, &[], &[]);
+    env.wait_status("m1", "True", Duration::from_secs(30));
+    // The controller's management watches go down and stay down...
+    proxy.faults().down();
+    proxy.faults().reset_connections();
+    // ...while the Cluster is deleted (Cluster API's cascade takes m1
+    // first).
+    let cluster = format!("{CAPI}/namespaces/{}/clusters/{CLUSTER}", env.ns);
+    env.mgmt
+        .write("DELETE", &cluster, "application/json", &json!({}));
+    poll(Duration::from_secs(90), "the Cluster gone", || {
+        env.mgmt.get(&cluster).is_none()
+    });
+    // The Cluster watch resumes from a history compacted meanwhile: 410,
+    // then a list that no longer holds the Cluster.
+    let clusters = "/apis/cluster.x-k8s.io/v1beta2/clusters";
+    proxy
+        .faults()
+        .script("GET", clusters, vec![test_api::Scripted::watch_gone()]);
+    proxy.clear_requests();
+    proxy.faults().up().unwrap();
+    poll(
+        Duration::from_secs(90),
+        "the workload client dropped",
+        || ctl.log().contains("its workload client is dropped"),
+    );
+    // The watch resumed first (and got the 410), and the Clusters were
+    // listed again after it: a relist, which reports no deletion.
+    let seen = proxy.requests();
+    let watches: Vec<_> = seen
+        .iter()
+        .filter(|r| r.path == clusters && r.query.contains("watch=true"))
+        .collect();
+    assert!(
+        watches.first().is_some_and(|r| r.status == 200),
+        "{watches:#?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|r| r.path == clusters && !r.query.contains("watch=true") && r.status == 200),
+        "no relist of the Clusters: {seen:#?}"
+    );
+    no_secret_in(&ctl.log());
+}
+
 /// One incarnation: a Node left under a reused name by another machine
 /// (another `spec.providerID`) is not the Machine's, whatever it says:
 /// `Unknown` / `NodeOfAnotherMachine`, and its True is never mirrored.
@@ -582,4 +664,48 @@ fn a_node_of_another_machine_under_the_name_is_not_its_verdict() {
     assert_eq!(c.1, "NodeOfAnotherMachine", "{c:?}");
     assert!(c.2.contains("another-machine"), "{c:?}");
     no_secret_in(&ctl.log());
+}
+
+/// One boot: a condition observed on another boot than the one kubelet
+/// reports (the agent's `sandbox-readiness.io/verdict-boot` against
+/// `status.nodeInfo.bootID`) is nobody's verdict on this boot, True or not.
+#[test]
+fn a_verdict_of_another_boot_is_not_mirrored() {
+    let env = Env::start();
+    env.deployment("md-a", false, true, 0);
+    env.node("w1");
+    env.machine("md-a", "m1", true, &[SYSCTL], Some("w1"));
+    let name = env.node_name("w1");
+    let boot = |id: &str| {
+        env.wl.write(
+            "PATCH",
+            &format!("/api/v1/nodes/{name}/status"),
+            STRATEGIC,
+            &json!({"status":{"nodeInfo":{"bootID":id}}}),
+        );
+    };
+    let verdict_boot = |id: &str| {
+        env.wl.write(
+            "PATCH",
+            &format!("/api/v1/nodes/{name}"),
+            MERGE,
+            &json!({"metadata":{"annotations":{"sandbox-readiness.io/verdict-boot":id}}}),
+        );
+    };
+    boot("boot-1");
+    verdict_boot("boot-1");
+    env.agent_writes("w1", "True", "Converged", &[SYSCTL]);
+    let _ctl = env.controller(&[]);
+    env.wait_status("m1", "True", Duration::from_secs(30));
+    // The node reboots: kubelet reports the new boot; the agent has not
+    // written this boot's verdict yet.
+    boot("boot-2");
+    env.wait_status("m1", "Unknown", Duration::from_secs(30));
+    let c = env.condition("m1").unwrap();
+    assert_eq!(c.1, "VerdictOfAnotherBoot", "{c:?}");
+    assert!(c.2.contains("boot-1") && c.2.contains("boot-2"), "{c:?}");
+    // The agent's verdict on this boot.
+    env.agent_writes("w1", "True", "Converged", &[SYSCTL]);
+    verdict_boot("boot-2");
+    env.wait_status("m1", "True", Duration::from_secs(30));
 }

@@ -15,3 +15,4 @@ mod deploy;
 mod endpoints;
 mod faults;
 mod gate;
+mod hostile;
