@@ -136,8 +136,9 @@ gobuild_pid=$bg_pid
 # The real Cluster API manager and CABPT (scripts/build-capi.sh: each module's
 # own graph, cached; the CRD and webhook manifests staged from the same
 # archives), for the tests that run them on the real control plane; then
-# Helm v4 (scripts/build-helm.sh), for the controller's chart.
-echo "== Go builds: Cluster API, CABPT, Helm (background, from t = 0)"
+# Helm v4 (scripts/build-helm.sh), for the controller's chart; then Prometheus
+# with Kubernetes service discovery (scripts/build-prometheus.sh).
+echo "== Go builds: Cluster API, CABPT, Helm, Prometheus (background, from t = 0)"
 background capibuild "$work/capibuild.log" bash -c '
 	set -e
 	start=$SECONDS
@@ -145,7 +146,10 @@ background capibuild "$work/capibuild.log" bash -c '
 	echo "cluster api + cabpt: $((SECONDS - start)) s"
 	start=$SECONDS
 	scripts/build-helm.sh build
-	echo "helm: $((SECONDS - start)) s"'
+	echo "helm: $((SECONDS - start)) s"
+	start=$SECONDS
+	scripts/build-prometheus.sh build
+	echo "prometheus: $((SECONDS - start)) s"'
 capibuild_pid=$bg_pid
 
 echo "== fmt"
@@ -229,6 +233,9 @@ if capi_dir=$(scripts/build-capi.sh path); then
 fi
 if helm_bin=$(scripts/build-helm.sh path); then
 	export SR_HELM_BIN=$helm_bin
+fi
+if prometheus_bin=$(scripts/build-prometheus.sh path); then
+	export SR_PROMETHEUS_BIN=$prometheus_bin
 fi
 
 echo "== unit tests"

@@ -3,7 +3,12 @@
 //! plaintext on loopback and over mTLS and its queries show the values and
 //! the flip when the limit changes under an agent in `unshare -U -r`;
 //! `--metrics-client-name` keeps scrape and gRPC certificates apart;
-//! non-loopback plaintext is refused at startup.
+//! non-loopback plaintext is refused at startup. The monitoring page's path
+//! (docs/deployment/monitoring.md): upstream's Prometheus
+//! (scripts/build-prometheus.sh, Kubernetes SD) discovers a Node on the real
+//! kube-apiserver and scrapes its agent over mTLS at the Node's InternalIP.
+//! The alert rules of deploy/alerts pass `promtool check rules` and their
+//! unit tests (`promtool test rules`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
@@ -19,7 +24,11 @@ use std::{
 
 use common::{ca::Ca, check, run, wait_until, Agent, AgentSpec, BIN};
 use rcgen::{ExtendedKeyUsagePurpose, SanType};
-use support::testenv;
+use support::{
+    cluster::{poll, RealCluster},
+    markdown::{fenced, root},
+    testenv,
+};
 
 const LIMIT: &str = "user.max_user_namespaces";
 const SCRAPE_INTERVAL: Duration = Duration::from_secs(1);
@@ -31,6 +40,26 @@ fn promtool() -> PathBuf {
 
 fn prometheus_bin() -> PathBuf {
     testenv::cached("prometheus-bookworm/usr/bin/prometheus")
+}
+
+/// Prometheus with Kubernetes service discovery, which Debian's is built
+/// without (`kubernetes_sd_configs` "not found in type
+/// config.ScrapeConfig"): upstream's, built by scripts/build-prometheus.sh
+/// (`SR_PROMETHEUS_BIN`, which the test command exports).
+fn prometheus_k8s_bin() -> PathBuf {
+    let dir = std::env::var("SR_PROMETHEUS_BIN").unwrap_or_else(|_| {
+        let out = Command::new(root().join("scripts/build-prometheus.sh"))
+            .arg("path")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "no Prometheus with Kubernetes SD: {} (scripts/build-prometheus.sh builds it; the test command exports SR_PROMETHEUS_BIN)",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    });
+    PathBuf::from(dir).join("prometheus")
 }
 
 // ------------------------------------------------------------ plain HTTP
@@ -182,18 +211,20 @@ impl Prometheus {
     /// Starts Prometheus scraping `target` every second with the extra
     /// scrape-config lines `extra` (TLS), and waits until it is ready.
     fn start(target: SocketAddr, extra: &str) -> Prometheus {
+        Prometheus::start_with(&prometheus_bin(), &format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
+             scrape_configs:\n  - job_name: agent\n{extra}    static_configs:\n      - targets: ['{target}']\n"
+        ))
+    }
+
+    /// Starts Prometheus `bin` with the configuration `config_text` and
+    /// waits until it is ready.
+    fn start_with(bin: &Path, config_text: &str) -> Prometheus {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
-                 scrape_configs:\n  - job_name: agent\n{extra}    static_configs:\n      - targets: ['{target}']\n"
-            ),
-        )
-        .unwrap();
+        std::fs::write(&config, config_text).unwrap();
         let log = std::fs::File::create(dir.path().join("log")).unwrap();
-        let mut child = Command::new(prometheus_bin())
+        let mut child = Command::new(bin)
             .arg(format!("--config.file={}", config.display()))
             .arg(format!(
                 "--storage.tsdb.path={}",
@@ -616,5 +647,353 @@ fn the_plaintext_refusal_is_one_line() {
         lines[0].contains("refusing plaintext metrics on 192.0.2.1:9100")
             && lines[0].contains("--insecure-plaintext"),
         "{err}"
+    );
+}
+
+// ------------------------------------------- the monitoring page's path
+
+/// docs/deployment/monitoring.md.
+fn monitoring_page() -> String {
+    std::fs::read_to_string(root().join("docs/deployment/monitoring.md")).unwrap()
+}
+
+/// The page's one fenced `lang` block that contains `needle`.
+fn page_block(page: &str, lang: &str, needle: &str) -> String {
+    let blocks: Vec<String> = fenced(page, lang)
+        .into_iter()
+        .map(|(_, b)| b)
+        .filter(|b| b.contains(needle))
+        .collect();
+    assert_eq!(
+        blocks.len(),
+        1,
+        "monitoring.md: {} {lang} blocks with {needle:?}",
+        blocks.len()
+    );
+    blocks.into_iter().next().unwrap()
+}
+
+/// The body of an HTTP/1.0 GET (no chunked encoding to undo).
+fn http10_get(addr: SocketAddr, target: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {target} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    assert!(
+        head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
+        "{raw}"
+    );
+    body.to_string()
+}
+
+/// The Node condition's status on the real server.
+fn node_condition(c: &RealCluster, node: &str) -> Option<String> {
+    c.get_node(node)["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|x| x["type"] == "sandbox-readiness.io/SandboxReady")?["status"]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// The monitoring page's path, as written: the agent's metrics on `[::]`
+/// with the per-node server certificate `tls init --node NAME=IP` makes and
+/// the page's environment lines; the scraper's certificate made by the
+/// page's openssl commands; the page's `kubernetes_sd_configs` job run by
+/// upstream's Prometheus (Debian's has no Kubernetes SD) against the real kube-apiserver as a ServiceAccount
+/// that may only get, list and watch Nodes. Prometheus discovers the Node,
+/// dials its InternalIP at the agent's port with the client certificate,
+/// and reads the Node writer's counter after the agent rewrote its Node.
+#[test]
+fn prometheus_discovers_the_node_and_scrapes_its_agent_as_the_monitoring_page_says() {
+    let c = RealCluster::shared();
+    let (node, kubeconfig) = c.new_node("scrape");
+    let page = monitoring_page();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = dir.path().join("pki");
+    // The control plane registers every Node with InternalIP 127.0.0.1.
+    common::tls_init(&pki, &["--node", &format!("{node}=127.0.0.1")]);
+
+    // The scraper's certificate: the page's openssl commands, run as written
+    // from pki's parent directory.
+    let recipe = page_block(&page, "sh", "extendedKeyUsage=clientAuth");
+    let out = run({
+        let mut c = Command::new("bash");
+        c.args(["-euo", "pipefail", "-c", &recipe])
+            .current_dir(dir.path());
+        c
+    });
+    assert!(
+        out.status.success(),
+        "{recipe}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The agent: the page's environment lines (the port made 0), the
+    // per-node certificate, the Node writer.
+    let env_block = page_block(&page, "yaml", "SANDBOX_READINESS_METRICS_LISTEN=");
+    let env_doc: serde_json::Value = serde_yaml_ng::from_str(&env_block).unwrap();
+    let env: Vec<(String, String)> = env_doc["environment"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let (k, v) = e.as_str().unwrap().split_once('=').unwrap();
+            (k.to_string(), v.replace(":9150", ":0"))
+        })
+        .collect();
+    assert!(
+        env.iter()
+            .any(|(k, v)| k == "SANDBOX_READINESS_METRICS_LISTEN" && v == "[::]:0"),
+        "{env:?}"
+    );
+    let client_name = env
+        .iter()
+        .find(|(k, _)| k == "SANDBOX_READINESS_METRICS_CLIENT_NAME")
+        .map(|(_, v)| v.clone())
+        .unwrap();
+    let (cert, key, ca) = (
+        path(&pki, &format!("nodes/{node}.cert.pem")),
+        path(&pki, &format!("nodes/{node}.key.pem")),
+        path(&pki, "ca.pem"),
+    );
+    let mut spec = AgentSpec::new(
+        Some(11255),
+        &[
+            "--poll-interval",
+            "300ms",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--node-resync",
+            "1s",
+            "--sysctl",
+            "user.max_user_namespaces=11255",
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--client-ca",
+            &ca,
+        ],
+    );
+    spec.env = env;
+    let agent = Agent::spawn(spec);
+    let bound = agent.metrics_addr();
+    assert!(bound.ip().is_unspecified() && bound.is_ipv6(), "{bound}");
+    let port = bound.port();
+    // The address Prometheus will dial: the Node's InternalIP.
+    let at_node = SocketAddr::from(([127, 0, 0, 1], port));
+    // The scraper's certificate carries the name the agent asks for.
+    let (code, text) = curl_metrics(at_node, &pki, "scraper");
+    assert_eq!(code, 0, "{text}");
+    // `check`'s certificate (no SAN) is refused: the page's client name holds.
+    let (code, text) = curl_metrics(at_node, &pki, "client");
+    assert_ne!(
+        code, 0,
+        "with {client_name} required, check's certificate scraped: {text}"
+    );
+
+    // Prometheus's identity: a ServiceAccount that may only read Nodes.
+    let ns = c.unique("sr-scrape");
+    c.kubectl_ok(&["create", "namespace", &ns], None);
+    c.kubectl_ok(&["-n", &ns, "create", "serviceaccount", "prometheus"], None);
+    c.kubectl_ok(
+        &[
+            "create",
+            "clusterrole",
+            &ns,
+            "--verb=get,list,watch",
+            "--resource=nodes",
+        ],
+        None,
+    );
+    c.kubectl_ok(
+        &[
+            "create",
+            "clusterrolebinding",
+            &ns,
+            &format!("--clusterrole={ns}"),
+            &format!("--serviceaccount={ns}:prometheus"),
+        ],
+        None,
+    );
+    let token = c.service_account_token(&ns, "prometheus");
+    let sd_kubeconfig = c.token_kubeconfig(&token, &dir.path().join("prometheus.kubeconfig"));
+
+    // The page's job: only the files' paths, the port, the API server and
+    // a keep of this test's Node (the shared cluster has others) changed.
+    let job_block = page_block(&page, "yaml", "job_name: sandbox-readiness-agents");
+    let mut config: serde_json::Value = serde_yaml_ng::from_str(&job_block).unwrap();
+    let job = &mut config["scrape_configs"][0];
+    assert_eq!(job["job_name"], "sandbox-readiness-agents");
+    job["kubernetes_sd_configs"][0]["kubeconfig_file"] = sd_kubeconfig.to_str().unwrap().into();
+    let files = [
+        ("ca.pem", "ca.pem"),
+        ("tls.crt", "scraper.pem"),
+        ("tls.key", "scraper-key.pem"),
+    ];
+    for field in ["ca_file", "cert_file", "key_file"] {
+        let f = &mut job["tls_config"][field];
+        let name = f.as_str().unwrap().rsplit('/').next().unwrap().to_string();
+        let (_, local) = files.iter().find(|(k, _)| *k == name).unwrap();
+        *f = path(&pki, local).into();
+    }
+    let relabels = job["relabel_configs"].as_array_mut().unwrap();
+    let mut ported = 0;
+    for r in relabels.iter_mut() {
+        if r["replacement"] == "${1}:9150" {
+            r["replacement"] = format!("${{1}}:{port}").into();
+            ported += 1;
+        }
+    }
+    assert_eq!(ported, 1, "{job_block}");
+    relabels.insert(
+        0,
+        serde_json::json!({
+            "source_labels": ["__meta_kubernetes_node_name"],
+            "regex": node,
+            "action": "keep",
+        }),
+    );
+    config["global"] = serde_json::json!({"scrape_interval": "1s", "scrape_timeout": "1s"});
+    let prom = Prometheus::start_with(
+        &prometheus_k8s_bin(),
+        &serde_yaml_ng::to_string(&config).unwrap(),
+    );
+
+    // Discovered, dialled at the InternalIP with the agent's port, over
+    // mTLS. The node role names the target after the Node (`instance`).
+    let up = format!("up{{job=\"sandbox-readiness-agents\",node=\"{node}\",instance=\"{node}\"}}");
+    let within = Duration::from_secs(60);
+    prom.wait_for(&up, "1", within);
+    let targets: serde_json::Value =
+        serde_json::from_str(&http10_get(prom.url.parse().unwrap(), "/api/v1/targets")).unwrap();
+    let urls: Vec<&str> = targets["data"]["activeTargets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["scrapeUrl"].as_str())
+        .collect();
+    assert_eq!(urls, [format!("https://{at_node}/metrics")], "{targets}");
+
+    // The agent's act: its Node writer keeps the condition; then the limit
+    // changes, and it writes False. Prometheus's counter must reach what the
+    // agent counted once that write is on the server.
+    poll(within, "the agent's condition True on its Node", || {
+        node_condition(c, &node).as_deref() == Some("True")
+    });
+    let writes = format!(
+        "sandbox_readiness_node_writes_total{{job=\"sandbox-readiness-agents\",node=\"{node}\"}}"
+    );
+    let converged =
+        format!("sandbox_readiness_converged{{job=\"sandbox-readiness-agents\",node=\"{node}\"}}");
+    prom.wait_for(&converged, "1", within);
+    let before: u64 = prom.query(&writes).unwrap().parse().unwrap();
+    agent.set_limit(0);
+    poll(within, "the agent's condition False on its Node", || {
+        node_condition(c, &node).as_deref() == Some("False")
+    });
+    let (code, text) = curl_metrics(at_node, &pki, "scraper");
+    assert_eq!(code, 0, "{text}");
+    let counted: u64 = sample(&text, "sandbox_readiness_node_writes_total")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        counted > before,
+        "the False write was not counted: Prometheus had {before}, the agent says {counted}"
+    );
+    let start = Instant::now();
+    loop {
+        let seen = prom.query(&writes).and_then(|v| v.parse::<u64>().ok());
+        if seen.is_some_and(|v| v >= counted) {
+            break;
+        }
+        assert!(
+            start.elapsed() < within,
+            "{writes}: {seen:?}, not {counted} within {within:?}; targets: {}",
+            prom.target_health()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    prom.wait_for(&converged, "0", within);
+    eprintln!(
+        "Prometheus saw the agent's write {counted} (it had {before}) after {:?}",
+        start.elapsed()
+    );
+}
+
+// ------------------------------------------------------------ alert rules
+
+fn alerts_dir() -> PathBuf {
+    root().join("deploy/alerts")
+}
+
+/// `promtool ARGS` in deploy/alerts: its output; fails the test unless it
+/// succeeds.
+fn promtool_in_alerts(args: &[&str]) -> String {
+    let out = run({
+        let mut c = Command::new(promtool());
+        c.args(args).current_dir(alerts_dir());
+        c
+    });
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "promtool {args:?}:\n{text}");
+    text
+}
+
+/// deploy/alerts' workload rules: `promtool check rules`, their unit tests
+/// (`promtool test rules`: the Node writer alert fires on failures without
+/// a success and not otherwise; a stale observation; the Node condition),
+/// and the PrometheusRule form carries the same groups and
+/// kube-prometheus-stack's selector label.
+#[test]
+fn the_workload_rules_pass_promtool_and_the_prometheusrule_agrees() {
+    let checked = promtool_in_alerts(&["check", "rules", "workload.rules.yaml"]);
+    assert!(checked.contains("SUCCESS"), "{checked}");
+    let tested = promtool_in_alerts(&["test", "rules", "workload.rules.test.yaml"]);
+    assert!(tested.contains("SUCCESS"), "{tested}");
+    let tests = std::fs::read_to_string(alerts_dir().join("workload.rules.test.yaml")).unwrap();
+    assert!(
+        tests.contains("alertname: SandboxReadinessNodeWriterFailing"),
+        "the Node writer alert has no unit test"
+    );
+
+    let read = |name: &str| -> serde_json::Value {
+        serde_yaml_ng::from_str(&std::fs::read_to_string(alerts_dir().join(name)).unwrap()).unwrap()
+    };
+    let file = read("workload.rules.yaml");
+    let rule = read("workload.prometheusrule.yaml");
+    assert_eq!(rule["kind"], "PrometheusRule");
+    assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(
+        rule["metadata"]["labels"]["release"],
+        "kube-prometheus-stack"
+    );
+    assert_eq!(
+        rule["spec"]["groups"], file["groups"],
+        "workload.prometheusrule.yaml's groups differ from workload.rules.yaml's"
+    );
+    let alerts: Vec<&str> = file["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap())
+        .filter_map(|r| r["alert"].as_str())
+        .collect();
+    // The page's table lists every workload alert.
+    let page = monitoring_page();
+    for a in &alerts {
+        assert!(
+            page.contains(&format!("`{a}`")),
+            "monitoring.md does not list {a}"
+        );
+    }
+    assert!(
+        alerts.contains(&"SandboxReadinessNodeWriterFailing"),
+        "{alerts:?}"
     );
 }

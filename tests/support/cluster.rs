@@ -226,8 +226,8 @@ impl RealCluster {
         );
     }
 
-    /// Registers the Prometheus Operator's ServiceMonitor and PrometheusRule
-    /// CRDs (from the module archive scripts/build-capi.sh stages beside
+    /// Registers the Prometheus Operator's ServiceMonitor, PrometheusRule and
+    /// ScrapeConfig CRDs (from the module archive scripts/build-capi.sh stages beside
     /// Cluster API, `config/prometheus-operator`; `capi` must have run) and
     /// waits until they are served.
     pub fn register_prometheus_operator_crds(&self) {
@@ -236,6 +236,7 @@ impl RealCluster {
         for crd in [
             "monitoring.coreos.com_servicemonitors.yaml",
             "monitoring.coreos.com_prometheusrules.yaml",
+            "monitoring.coreos.com_scrapeconfigs.yaml",
         ] {
             self.kubectl_ok(
                 &[
@@ -254,6 +255,7 @@ impl RealCluster {
                 "--timeout=60s",
                 "crd/servicemonitors.monitoring.coreos.com",
                 "crd/prometheusrules.monitoring.coreos.com",
+                "crd/scrapeconfigs.monitoring.coreos.com",
             ],
             None,
         );
