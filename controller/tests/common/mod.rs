@@ -355,12 +355,25 @@ impl Env {
         sysctls: &[(&str, &str)],
         node: Option<&str>,
     ) {
+        self.machine_with_config(md, name, gate, &machine_config(sysctls), sysctls, node);
+    }
+
+    /// As [`Env::machine`], the pool's machine config `cfg` as given (one
+    /// the controller cannot read, say).
+    pub fn machine_with_config(
+        &self,
+        md: &str,
+        name: &str,
+        gate: bool,
+        cfg: &str,
+        sysctls: &[(&str, &str)],
+        node: Option<&str>,
+    ) {
         let ns = &self.ns;
         // What the controller reads of the pool: the TalosConfigTemplate
         // the Machine's TalosConfig was cloned from (as CAPI's MachineSet
         // controller clones it). The rendered Secret is CAPI's, never read
         // by the controller.
-        let cfg = machine_config(sysctls);
         self.post(
             &format!("{BOOTSTRAP}/namespaces/{ns}/talosconfigtemplates"),
             json!({"apiVersion":BOOTSTRAP_AV,"kind":"TalosConfigTemplate",

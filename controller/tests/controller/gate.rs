@@ -709,3 +709,77 @@ fn a_verdict_of_another_boot_is_not_mirrored() {
     verdict_boot("boot-2");
     env.wait_status("m1", "True", Duration::from_secs(30));
 }
+
+/// The docs' MachineHealthCheck (readiness-gate.md: `False` for 900 s,
+/// here 5 s) never remediates a Machine the controller could not judge: a
+/// pool whose machine config it cannot read is `Unknown`, not `False`. The
+/// same check does act once its node really says False.
+#[test]
+fn the_docs_health_check_leaves_an_unreadable_pool_alone() {
+    let env = Env::start();
+    env.deployment("md-a", false, true, 0);
+    env.node("w1");
+    env.machine_with_config(
+        "md-a",
+        "m1",
+        true,
+        "version: v1alpha1\nmachine: [unclosed\n",
+        &[],
+        Some("w1"),
+    );
+    env.agent_writes("w1", "True", "Converged", &[SYSCTL]);
+    let _ctl = env.controller(&[]);
+    env.wait_status("m1", "Unknown", Duration::from_secs(30));
+    let c = env.condition("m1").unwrap();
+    assert_eq!(c.1, "DesiredStateNotChecked", "{c:?}");
+    let timeout = 5;
+    env.post(
+        &format!("{CAPI}/namespaces/{}/machinehealthchecks", env.ns),
+        json!({"apiVersion": MACHINE_AV, "kind": "MachineHealthCheck",
+            "metadata": {"name": "sandbox", "namespace": env.ns},
+            "spec": {"clusterName": CLUSTER,
+                "selector": {"matchLabels": {"cluster.x-k8s.io/deployment-name": "md-a"}},
+                "checks": {"unhealthyMachineConditions": [
+                    {"type": env.ty, "status": "False", "timeoutSeconds": timeout}]},
+                "remediation": {"triggerIf": {"unhealthyLessThanOrEqualTo": 1}}}}),
+    );
+    // Cluster API's health check on the Machine: `HealthCheckSucceeded`.
+    let health = || {
+        env.machine_obj("m1")
+            .and_then(|m| condition_of(&m, "HealthCheckSucceeded"))
+            .map(|c| c.0)
+    };
+    poll(
+        Duration::from_secs(60),
+        "the health check's first verdict",
+        || health().is_some(),
+    );
+    // Watched for six times the check's timeout (the check acts on a
+    // False within about three: printed below): healthy throughout.
+    let window = Duration::from_secs(6 * timeout);
+    let start = Instant::now();
+    while start.elapsed() < window {
+        assert_eq!(
+            health().as_deref(),
+            Some("True"),
+            "{:?}",
+            env.machine_obj("m1")
+        );
+        assert_eq!(env.status("m1").as_deref(), Some("Unknown"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The node says False: the Machine is False, and the same check marks
+    // it unhealthy within that window.
+    env.agent_writes("w1", "False", "SysctlMismatch", &[SYSCTL]);
+    env.wait_status("m1", "False", Duration::from_secs(30));
+    let flipped = Instant::now();
+    poll(
+        Duration::from_secs(120),
+        "the health check acting on False",
+        || health().as_deref() == Some("False"),
+    );
+    eprintln!(
+        "the health check acted {:?} after the Machine turned False",
+        flipped.elapsed()
+    );
+}
