@@ -248,17 +248,25 @@ impl RealCluster {
                 None,
             );
         }
-        self.kubectl_ok(
-            &[
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                "crd/servicemonitors.monitoring.coreos.com",
-                "crd/prometheusrules.monitoring.coreos.com",
-                "crd/scrapeconfigs.monitoring.coreos.com",
-            ],
-            None,
-        );
+        // Read, not `kubectl wait`: that fails at once on a CRD whose status
+        // has no conditions yet ("accessor error: <nil>").
+        for crd in ["servicemonitors", "prometheusrules", "scrapeconfigs"] {
+            let path = format!(
+                "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}.monitoring.coreos.com"
+            );
+            poll(
+                Duration::from_secs(60),
+                &format!("{crd} established"),
+                || {
+                    self.get(&path).is_some_and(|c| {
+                        c["status"]["conditions"].as_array().is_some_and(|cs| {
+                            cs.iter()
+                                .any(|x| x["type"] == "Established" && x["status"] == "True")
+                        })
+                    })
+                },
+            );
+        }
     }
 
     /// Registers the test providers' CRDs (tests/support/capi/crds.yaml:
