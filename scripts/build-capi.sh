@@ -45,28 +45,14 @@ cabpt_mod=github.com/siderolabs/cluster-api-bootstrap-provider-talos
 cabpt_ver=v0.6.11
 prom_mod=github.com/prometheus-operator/prometheus-operator
 prom_ver=v0.85.0
-for pin in "$capi_mod $capi_ver" "$cabpt_mod $cabpt_ver" "$prom_mod $prom_ver"; do
-	grep -qE "^${pin%% *}[[:space:]]+${pin##* }[[:space:]]" controlplane/PINS || {
-		echo "$me: controlplane/PINS does not list $pin" >&2
-		exit 2
-	}
-done
+# pinned, go_env, fail, module_dir
+# shellcheck source=scripts/lib/go-module.sh
+. scripts/lib/go-module.sh
+pinned "$capi_mod" "$capi_ver" "$cabpt_mod" "$cabpt_ver" "$prom_mod" "$prom_ver"
 capi_ldflags="-s -w -X $capi_mod/version.gitVersion=$capi_ver -X $capi_mod/version.gitMajor=1 -X $capi_mod/version.gitMinor=13 -X $capi_mod/version.gitTreeState=clean"
 cabpt_ldflags="-s -w"
 
-cache=${SR_TEST_CACHE:-/var/cache/sandbox-readiness-tests}
-export GOMODCACHE=$cache/go/mod GOCACHE=$cache/go/build GOTOOLCHAIN=local CGO_ENABLED=0 GOWORK=off
-unset GOFLAGS
-logs=$cache/capi/logs
-mkdir -p "$GOMODCACHE" "$GOCACHE" "$logs" || {
-	echo "$me: cannot create the cache under $cache" >&2
-	exit 1
-}
-command -v go >/dev/null || {
-	echo "$me: go is not on PATH (Go >= 1.26 builds Cluster API $capi_ver)" >&2
-	exit 2
-}
-go_version=$(go version)
+go_env capi "Go >= 1.26 builds Cluster API $capi_ver"
 key=$(printf '%s\n' "$capi_mod@$capi_ver" "$capi_ldflags" "$cabpt_mod@$cabpt_ver" "$cabpt_ldflags" "$prom_mod@$prom_ver" "$go_version" | sha256sum | cut -c1-12)
 out=$cache/capi/$key
 
@@ -74,10 +60,6 @@ complete() {
 	[[ -x $out/bin/capi-manager && -x $out/bin/cabpt-manager && -f $out/config/capi/crd/kustomization.yaml &&
 		-f $out/config/cabpt/crd/kustomization.yaml && -f $out/config/prometheus-operator/monitoring.coreos.com_servicemonitors.yaml ]]
 }
-
-# fail, module_dir
-# shellcheck source=scripts/lib/go-module.sh
-. scripts/lib/go-module.sh
 
 download() {
 	local m log

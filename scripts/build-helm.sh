@@ -26,32 +26,16 @@ mode=${1:-build}
 
 helm_mod=helm.sh/helm/v4
 helm_ver=v4.3.2
-grep -qE "^${helm_mod}[[:space:]]+${helm_ver}[[:space:]]" controlplane/PINS || {
-	echo "$me: controlplane/PINS does not list $helm_mod $helm_ver" >&2
-	exit 2
-}
+# pinned, go_env, fail, module_dir
+# shellcheck source=scripts/lib/go-module.sh
+. scripts/lib/go-module.sh
+pinned "$helm_mod" "$helm_ver"
 # `helm version` prints what these set (upstream's Makefile sets the same).
 helm_ldflags="-s -w -X $helm_mod/internal/version.version=$helm_ver -X $helm_mod/internal/version.gitTreeState=clean"
 
-cache=${SR_TEST_CACHE:-/var/cache/sandbox-readiness-tests}
-export GOMODCACHE=$cache/go/mod GOCACHE=$cache/go/build GOTOOLCHAIN=local CGO_ENABLED=0 GOWORK=off
-unset GOFLAGS
-logs=$cache/helm/logs
-mkdir -p "$GOMODCACHE" "$GOCACHE" "$logs" || {
-	echo "$me: cannot create the cache under $cache" >&2
-	exit 1
-}
-command -v go >/dev/null || {
-	echo "$me: go is not on PATH (Go >= 1.26 builds Helm $helm_ver)" >&2
-	exit 2
-}
-go_version=$(go version)
+go_env helm "Go >= 1.26 builds Helm $helm_ver"
 key=$(printf '%s\n' "$helm_mod@$helm_ver" "$helm_ldflags" "$go_version" | sha256sum | cut -c1-12)
 out=$cache/helm/$key
-
-# fail, module_dir
-# shellcheck source=scripts/lib/go-module.sh
-. scripts/lib/go-module.sh
 
 case $mode in
 path)

@@ -32,32 +32,16 @@ mode=${1:-build}
 
 prom_mod=github.com/prometheus/prometheus
 prom_ver=v0.316.0
-grep -qE "^${prom_mod}[[:space:]]+${prom_ver}[[:space:]]" controlplane/PINS || {
-	echo "$me: controlplane/PINS does not list $prom_mod $prom_ver" >&2
-	exit 2
-}
+# pinned, go_env, fail, module_dir
+# shellcheck source=scripts/lib/go-module.sh
+. scripts/lib/go-module.sh
+pinned "$prom_mod" "$prom_ver"
 prom_tags=remove_all_sd,enable_kubernetes_sd
 prom_ldflags="-s -w -X github.com/prometheus/common/version.Version=3.16.0"
 
-cache=${SR_TEST_CACHE:-/var/cache/sandbox-readiness-tests}
-export GOMODCACHE=$cache/go/mod GOCACHE=$cache/go/build GOTOOLCHAIN=local CGO_ENABLED=0 GOWORK=off
-unset GOFLAGS
-logs=$cache/prometheus/logs
-mkdir -p "$GOMODCACHE" "$GOCACHE" "$logs" || {
-	echo "$me: cannot create the cache under $cache" >&2
-	exit 1
-}
-command -v go >/dev/null || {
-	echo "$me: go is not on PATH (Go >= 1.26.7 builds Prometheus $prom_ver)" >&2
-	exit 2
-}
-go_version=$(go version)
+go_env prometheus "Go >= 1.26.7 builds Prometheus $prom_ver"
 key=$(printf '%s\n' "$prom_mod@$prom_ver" "$prom_tags" "$prom_ldflags" "$go_version" | sha256sum | cut -c1-12)
 out=$cache/prometheus/$key
-
-# fail, module_dir
-# shellcheck source=scripts/lib/go-module.sh
-. scripts/lib/go-module.sh
 
 case $mode in
 path)
