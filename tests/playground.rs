@@ -50,8 +50,33 @@ fn playground(cmd: &str, dir: &Path) -> Output {
         .unwrap()
 }
 
-/// `down` when the test ends, passed or not.
+/// `down` when the test ends, passed or not; and, should the test process
+/// be killed (the runner's timeout), a watchdog in a session of its own
+/// that runs `down` once the process is gone (it ends by itself once DIR
+/// is: `down` removes it).
 struct Down(PathBuf);
+impl Down {
+    fn guard(dir: &Path) -> Down {
+        const WATCH: &str = r#"p=$1 s=$2 d=$3
+while kill -0 "$p" 2>/dev/null; do
+	[ -d "$d" ] || exit 0
+	sleep 1
+done
+"$s" down "$d" >/dev/null 2>&1"#;
+        std::fs::create_dir(dir).unwrap();
+        Command::new("setsid")
+            .args(["sh", "-c", WATCH, "sr-playground-watchdog"])
+            .arg(std::process::id().to_string())
+            .arg(script())
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Down(dir.to_path_buf())
+    }
+}
 impl Drop for Down {
     fn drop(&mut self) {
         let _ = playground("down", &self.0);
@@ -174,7 +199,8 @@ fn pids_in(dir: &Path) -> Vec<(String, String)> {
 fn up_shows_a_breaking_rollout_held_and_down_leaves_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("playground");
-    let _down = Down(dir.clone());
+    // An empty DIR, as `up` takes it: the watchdog watches it from now.
+    let _down = Down::guard(&dir);
 
     let started = Instant::now();
     let up = playground("up", &dir);
