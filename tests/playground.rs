@@ -54,7 +54,7 @@ fn playground(cmd: &str, dir: &Path) -> Output {
 /// be killed (the runner's timeout), a watchdog in a session of its own
 /// that runs `down` once the process is gone (it ends by itself once DIR
 /// is: `down` removes it).
-struct Down(PathBuf);
+struct Down(PathBuf, std::process::Child);
 impl Down {
     fn guard(dir: &Path) -> Down {
         const WATCH: &str = r#"p=$1 s=$2 d=$3
@@ -64,7 +64,7 @@ while kill -0 "$p" 2>/dev/null; do
 done
 "$s" down "$d" >/dev/null 2>&1"#;
         std::fs::create_dir(dir).unwrap();
-        Command::new("setsid")
+        let watchdog = Command::new("setsid")
             .args(["sh", "-c", WATCH, "sr-playground-watchdog"])
             .arg(std::process::id().to_string())
             .arg(script())
@@ -74,12 +74,14 @@ done
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        Down(dir.to_path_buf())
+        Down(dir.to_path_buf(), watchdog)
     }
 }
 impl Drop for Down {
     fn drop(&mut self) {
         let _ = playground("down", &self.0);
+        let _ = self.1.kill();
+        let _ = self.1.wait();
     }
 }
 
