@@ -214,6 +214,20 @@ fn up_shows_a_breaking_rollout_held_and_down_leaves_nothing() {
     );
     eprintln!("up in {:?}", started.elapsed());
 
+    // A second `up` on it, and a `down` of a directory that is not a
+    // playground's, are refused (exit 2) and change nothing.
+    let again = playground("up", &dir);
+    assert_eq!(again.status.code(), Some(2), "{again:?}");
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("holds a playground"),
+        "{again:?}"
+    );
+    let other = tempfile::tempdir().unwrap();
+    std::fs::write(other.path().join("keep"), "").unwrap();
+    let refused = playground("down", other.path());
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(other.path().join("keep").exists());
+
     // Both kubeconfigs reach their cluster.
     let md = kubectl_json(
         &dir.join("management.kubeconfig"),
