@@ -7,8 +7,8 @@ usage: scripts/host-state.py snapshot FILE
   snapshot  writes to FILE the host state the test command can change:
             processes of the parts the tests start (etcd, kube-apiserver,
             kube-controller-manager, the Cluster API managers, kubelet,
-            containerd and its shims, runc, runsc, the agent and the
-            controller, Prometheus, QEMU), mounts, network interfaces,
+            containerd and its shims, runc, runsc, the agent, the
+            controller and the test providers, Prometheus, QEMU), mounts, network interfaces,
             iptables chains, the sysctls kubelet and the tests touch, and
             every cgroup directly under a hierarchy named runsc-* (runsc's),
             sr-* or kubepods (the tests' and kubelet's)
@@ -31,7 +31,7 @@ import time
 PROCESS_NAMES = re.compile(
     r"^(etcd|kube-apiserver|kube-controller-manager|kubelet|capi-manager|cabpt-manager|"
     r"manager|containerd|containerd-shim.*|runc|runsc.*|exe|sandbox-readiness.*|prometheus|"
-    r"qemu-system-.*|kubectl)$"
+    r"qemu-system-.*|kubectl|test-providers)$"
 )
 CGROUP_NAMES = re.compile(r"^(runsc-\d+|sr-.*|kubepods.*)$")
 SYSCTLS = [

@@ -26,7 +26,15 @@ use std::{
     time::{Duration, Instant},
 };
 
+/// The agent binary: the test build's. Outside a test build — the test
+/// providers as a program (`cargo build --example test-providers`,
+/// tests/support/providers_bin.rs), which Cargo gives no `CARGO_BIN_EXE_*` —
+/// the `sandbox-readiness` on PATH: scripts/playground puts the build's
+/// first.
+#[cfg(test)]
 pub const BIN: &str = env!("CARGO_BIN_EXE_sandbox-readiness");
+#[cfg(not(test))]
+pub const BIN: &str = "sandbox-readiness";
 
 // ------------------------------------------------------------------ skips
 

@@ -99,6 +99,9 @@ pub struct RealCluster {
     bin: PathBuf,
     admin: PathBuf,
     private: bool,
+    /// A cluster this process did not start ([`RealCluster::attach`]): left
+    /// running on drop.
+    attached: bool,
     watchdog: Mutex<Option<Child>>,
     /// The admin's TLS client, built once.
     tls: OnceLock<Arc<tokio_rustls::rustls::ClientConfig>>,
@@ -160,6 +163,7 @@ impl RealCluster {
             dir,
             bin,
             private,
+            attached: false,
             watchdog: Mutex::new(Some(watchdog)),
             tls: OnceLock::new(),
             port: 0,
@@ -183,6 +187,36 @@ impl RealCluster {
             started.elapsed(),
             c.dir.display()
         );
+        Ok(c)
+    }
+
+    /// A cluster that `scripts/control-plane.sh up DIR` started elsewhere
+    /// (the playground's, for the test providers as a program): used as
+    /// is, never taken down by this process (no watchdog, nothing on drop).
+    pub fn attach(dir: &Path) -> Result<RealCluster, String> {
+        let bin = bin_dir()?;
+        let mut c = RealCluster {
+            admin: dir.join("admin.kubeconfig"),
+            dir: dir.to_path_buf(),
+            bin,
+            private: false,
+            attached: true,
+            watchdog: Mutex::new(None),
+            tls: OnceLock::new(),
+            port: 0,
+        };
+        c.port = c
+            .env("APISERVER_PORT")
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| {
+                format!(
+                    "{}: no cluster there (no APISERVER_PORT in its control-plane.env)",
+                    dir.display()
+                )
+            })?;
+        if !c.admin.is_file() {
+            return Err(format!("{}: no admin.kubeconfig", dir.display()));
+        }
         Ok(c)
     }
 
@@ -899,6 +933,9 @@ impl RealCluster {
 
 impl Drop for RealCluster {
     fn drop(&mut self) {
+        if self.attached {
+            return;
+        }
         // Private clusters, and a shared one whose `up` failed (the one
         // that started is a static: its watchdog takes it down when the
         // process is gone).
