@@ -59,11 +59,13 @@ steps=$work/steps results=$work/results
 : >"$steps"
 : >"$results"
 bg_pids=()
+inotify_saved=()
 cleanup() {
 	local pid
 	for pid in "${bg_pids[@]}"; do
 		kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true
 	done
+	if ((${#inotify_saved[@]})); then inotify_restore; fi
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -114,6 +116,29 @@ await() {
 # iptables chains, sysctls, runsc's and kubelet's cgroups), recorded before
 # anything starts; compared after the last tier (scripts/host-state.py).
 python3 scripts/host-state.py snapshot "$work/host.before"
+
+# The inotify limits, raised for the run (never lowered) and restored before
+# the host check: a kube-apiserver holds about 6 inotify instances, a kubelet
+# with its containerd 18, each Cluster API manager 1, and the tiers run tens
+# of them side by side — near Debian's 128 per user, past it with anything
+# else on the machine (a manager then exits: "too many open files"). The
+# values are kind's, the ones scripts/kubelet-node.sh raises to while a node
+# is up (it saves and restores what it finds: these).
+inotify_floor=(fs.inotify.max_user_instances=8192 fs.inotify.max_user_watches=524288)
+inotify_saved=()
+for f in "${inotify_floor[@]}"; do
+	inotify_saved+=("${f%%=*}=$(sysctl -n "${f%%=*}")")
+	if (($(sysctl -n "${f%%=*}") < ${f#*=})); then
+		sysctl -q -w "$f" >/dev/null || echo "warning: cannot raise $f"
+	fi
+done
+inotify_restore() {
+	local f
+	for f in "${inotify_saved[@]}"; do
+		sysctl -q -w "$f" >/dev/null 2>&1 || echo "warning: cannot restore $f"
+	done
+	inotify_saved=()
+}
 
 echo "== install (background, from t = 0)"
 background install "$work/install.log" scripts/install-test-deps.sh
@@ -318,6 +343,7 @@ echo "== slow tests"
 timed "tier-slow" python3 scripts/run-tests.py run "$work/artifacts.json" slow "$results" || overall=1
 
 echo "== host left clean"
+inotify_restore
 timed host-clean python3 scripts/host-state.py diff "$work/host.before" || overall=1
 
 echo "== steps (wall seconds; background steps overlap the ones after them)"
