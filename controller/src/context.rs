@@ -268,6 +268,19 @@ impl Context {
             .get(&ObjectRef::new_with(name, self.deployment_ar.clone()).within(namespace))
     }
 
+    /// Reads each workload cluster's kubeconfig Secret again when due (and
+    /// reconnects when it changed).
+    pub async fn maintain_workloads(&self) {
+        let all: Vec<Arc<tokio::sync::Mutex<Workload>>> =
+            lock(&self.workloads).values().cloned().collect();
+        for w in all {
+            w.lock()
+                .await
+                .maintain(&self.mgmt, self.settings.secret_resync, &self.reporting)
+                .await;
+        }
+    }
+
     /// The clients of the workload clusters connected now.
     pub async fn workload_clients(&self) -> Vec<(Key, Client)> {
         let all: Vec<(Key, Arc<tokio::sync::Mutex<Workload>>)> = lock(&self.workloads)

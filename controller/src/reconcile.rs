@@ -2,9 +2,9 @@
 //! calls it. Reads only caches (and, when due, the workload kubeconfig
 //! Secret or a TalosConfig without a template), decides the Machine's
 //! condition with the pure [`condition`] rules, writes it only if it
-//! changed ([`patch::plan`]), and asks to be called again when the clock
-//! alone would change the answer ([`condition::recheck_in`]), or after
-//! `--secret-resync` at the latest (the workload kubeconfig is re-read).
+//! changed ([`patch::plan`]), and asks to be called again only when the
+//! clock alone would change the answer ([`condition::recheck_in`]) or a
+//! proof is due again.
 
 use std::{
     sync::Arc,
@@ -139,20 +139,17 @@ async fn reconcile_machine(cached: &DynamicObject, ctx: &Context) -> Result<Acti
         Decision::Keep => {}
         Decision::Write(verdict) => write(ctx, &k, current, Some(&verdict)).await?,
     }
-    // A second past the moment, so the clock has surely passed it; and at
-    // least every --secret-resync, so a rotated or edited workload
-    // kubeconfig Secret (which the controller may only `get`, never watch)
-    // is read again though nothing else changes.
-    let resync = ctx.settings.secret_resync;
+    // A second past the moment, so the clock has surely passed it. Nothing
+    // else: a rotated or edited workload kubeconfig Secret is read again by
+    // the per-cluster tick (run.rs), and its new connection's first list
+    // reconciles the cluster's Machines.
     let recheck = condition::recheck_in(&seen, old.is_some(), now, stale_after)
         .map(|d| d + Duration::from_secs(1));
-    Ok(Action::requeue(
-        [recheck, prove_again, Some(resync)]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(resync),
-    ))
+    Ok([recheck, prove_again]
+        .into_iter()
+        .flatten()
+        .min()
+        .map_or_else(Action::await_change, Action::requeue))
 }
 
 /// What the controller sees of the Machine's Node.

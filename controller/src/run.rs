@@ -3,7 +3,7 @@
 //! cached); MachineDeployment and Cluster changes map to their Machines;
 //! each workload cluster's Node changes map to the Machines they back
 //! ([`Trigger`]); a TalosConfigTemplate change, the leader gate opening and
-//! a slow resync tick reconcile every Machine. Staleness needs no tick: a
+//! a resync every 10 minutes reconcile every Machine. Staleness needs no tick: a
 //! reconcile requeues itself for the moment its verdict would go stale.
 
 use std::{sync::Arc, time::Duration};
@@ -32,10 +32,21 @@ use crate::{
     workload::{Reporting, Trigger},
 };
 
-/// Every Machine is looked at again this often (a reconcile of a Machine
-/// whose Node did not change writes nothing); `/healthz` fails when the
-/// loop has consumed no tick for three of these.
+/// The loop's tick: `/healthz` fails when it has consumed none for three
+/// of these.
 pub const RESYNC: Duration = Duration::from_secs(60);
+
+/// Every Machine is looked at again every this many ticks (10 min), a
+/// safety net only: each change that matters (a Machine, its pool, its
+/// Cluster, its Node, the pool's template, the clock) already reconciles
+/// it. At 10,000 Machines a reconcile of all of them every minute was most
+/// of the controller's CPU at rest.
+const FULL_RESYNC_TICKS: u64 = 10;
+
+/// The caches no longer needed (workload clients, Nodes, per-Machine
+/// state) are dropped every this many ticks (5 min): it reads every
+/// Machine.
+const PRUNE_TICKS: u64 = 5;
 
 /// Machines reconciled at once: writes wait on the QPS bucket anyway.
 const CONCURRENCY: u16 = 16;
@@ -286,11 +297,30 @@ pub async fn run(
             }
         });
     }
+    // Each workload kubeconfig Secret is read again every --secret-resync
+    // (the controller may only `get` it, never watch it): once per
+    // cluster, not once per Machine.
+    {
+        let c = ctx.clone();
+        tokio::spawn(async move {
+            let period = c.settings.secret_resync.max(Duration::from_secs(1));
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+            loop {
+                tick.tick().await;
+                c.maintain_workloads().await;
+            }
+        });
+    }
     let every = {
         let c = ctx.clone();
-        let resync = tokio_stream_interval(RESYNC).map(move |()| {
+        let mut ticks: u64 = 0;
+        let resync = tokio_stream_interval(RESYNC).filter_map(move |()| {
+            ticks += 1;
             c.metrics.alive();
-            c.prune();
+            if ticks.is_multiple_of(PRUNE_TICKS) {
+                c.prune();
+            }
+            std::future::ready(ticks.is_multiple_of(FULL_RESYNC_TICKS).then_some(()))
         });
         let opened = stream::unfold(gate, |g| async move {
             g.opened().await;
