@@ -444,6 +444,18 @@ fn a_concurrent_cluster_api_write_is_never_lost() {
     .into_iter()
     .enumerate()
     {
+        // The last write's Event (each of these transitions records one)
+        // has been sent: the request held next can only be this flip's.
+        poll(
+            Duration::from_secs(30),
+            "the last write's Event at the proxy",
+            || {
+                proxy
+                    .requests()
+                    .iter()
+                    .any(|r| r.path.contains("/events") && (200..300).contains(&r.status))
+            },
+        );
         let mark = proxy.clear_requests();
         proxy.faults().hung();
         env.agent_writes("w1", status, reason, &[SYSCTL]);
