@@ -949,16 +949,6 @@ fn our_condition_write(e: &Value) -> bool {
         && by_our_controller(e)
 }
 
-/// A process's peak resident set (VmHWM), KiB.
-fn peak_rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 /// Our condition on Machine `name`: (status, reason).
 fn gate_of(pool: &Pool, name: &str) -> Option<(String, String)> {
     let m = pool.machine(name)?;
@@ -1263,7 +1253,7 @@ fn paused_machines_insecure_kubeconfigs_negative_gates_and_big_nodes() {
         std::thread::sleep(Duration::from_millis(250));
     }
     std::thread::sleep(Duration::from_secs(5));
-    let hwm_kib = peak_rss_kib(pid);
+    let hwm_kib = support::cluster::peak_rss_kib(pid).unwrap();
     eprintln!(
         "controller peak RSS with 120 Nodes of 250 KiB annotations: {} KiB",
         hwm_kib
@@ -1307,7 +1297,7 @@ fn paused_machines_insecure_kubeconfigs_negative_gates_and_big_nodes() {
         .map(|c| c["message"].as_str().unwrap_or("").to_string())
         .unwrap_or_default();
     assert!(message.contains("larger than"), "{message}");
-    let hwm_kib = peak_rss_kib(pid);
+    let hwm_kib = support::cluster::peak_rss_kib(pid).unwrap();
     eprintln!(
         "controller peak RSS with 122 Nodes of 1 MiB annotations (fault proxy): {hwm_kib} KiB"
     );

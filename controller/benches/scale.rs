@@ -726,12 +726,6 @@ fn count_true(mgmt: &RealCluster) -> (usize, Vec<(String, String)>) {
     (n, other)
 }
 
-fn vm_hwm_kib(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let l = s.lines().find(|l| l.starts_with("VmHWM:"))?;
-    l.split_whitespace().nth(1)?.parse().ok()
-}
-
 /// The process's CPU time so far (user + system, /proc/PID/stat).
 fn cpu_time(pid: u32) -> Duration {
     static TICK: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
@@ -1275,7 +1269,7 @@ fn outage(
     let recovered = restarted.elapsed();
     std::thread::sleep(Duration::from_secs(2));
     let rec = machine_writes(&tail.writes());
-    let hwm = vm_hwm_kib(pid).unwrap_or(0) as f64 / 1024.0;
+    let hwm = cluster::peak_rss_kib(pid).unwrap_or(0) as f64 / 1024.0;
     hb.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let beat_rounds = hb.rounds.load(std::sync::atomic::Ordering::Relaxed);
     rt.block_on(async {
@@ -1593,7 +1587,7 @@ fn run(w: &World, rt: &tokio::runtime::Runtime, qps: f64, rest: Duration, flips:
         }
     }
     eprintln!("scale: {} flips measured", lat.len());
-    let hwm = vm_hwm_kib(pid).unwrap_or(0) as f64 / 1024.0;
+    let hwm = cluster::peak_rss_kib(pid).unwrap_or(0) as f64 / 1024.0;
     drop(child);
     let plain_after = rt.block_on(plain(w, qps, 2));
     eprintln!(
@@ -1641,7 +1635,7 @@ fn stage(w: &World, rt: &tokio::runtime::Runtime, qps: f64, rest: Duration) -> S
         std::thread::sleep(Duration::from_millis(500));
     }
     let r = rest_period(w, &c, rest);
-    let hwm = vm_hwm_kib(c.0.id()).unwrap_or(0) as f64 / 1024.0;
+    let hwm = cluster::peak_rss_kib(c.0.id()).unwrap_or(0) as f64 / 1024.0;
     eprintln!(
         "stage {} MachineDeployments: {} writes at rest {:?}; CPU {:.2} s over {:.0} s, {} reconciles",
         w.mds.len(),

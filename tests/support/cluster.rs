@@ -1067,6 +1067,16 @@ pub fn poll(within: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// A process's peak resident set (VmHWM in /proc/PID/status), KiB; `None`
+/// when it cannot be read (the process is gone).
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
 /// The name of `obj`'s owner of kind `kind` (its ownerReferences).
 pub fn owner_name<'a>(obj: &'a Value, kind: &str) -> Option<&'a str> {
     obj["metadata"]["ownerReferences"]

@@ -20,16 +20,6 @@ const ANNOTATION_BYTES: usize = 60 * 1024;
 /// The chart's memory limit (charts/sandbox-readiness-controller/values.yaml).
 const LIMIT_MIB: u64 = 128;
 
-/// The process's peak resident set (VmHWM), in KiB.
-fn vm_hwm_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 #[test]
 fn a_tenant_of_2000_large_nodes_does_not_set_the_controllers_memory() {
     let env = Env::with_private_workload();
@@ -65,7 +55,7 @@ fn a_tenant_of_2000_large_nodes_does_not_set_the_controllers_memory() {
     env.wait_status("m1", "True", Duration::from_secs(30));
     // Every one of the tenant's Nodes was listed (page by page) and
     // dropped: the peak is the controller's own.
-    let hwm = vm_hwm_kib(ctl.child.id());
+    let hwm = common::cluster::peak_rss_kib(ctl.child.id()).unwrap();
     eprintln!(
         "controller VmHWM with {HOSTILE_NODES} Nodes of {} KiB annotations: {} KiB",
         ANNOTATION_BYTES / 1024,
