@@ -144,24 +144,37 @@ impl Context {
         }
     }
 
+    /// Drops the connection (its Node watch and cache) to workload cluster
+    /// `k`, saying `why` when there was one.
+    fn drop_workload(&self, k: &Key, why: &str) {
+        if lock(&self.workloads).remove(k).is_some() {
+            tracing::info!(cluster = %format!("{}/{}", k.0, k.1), "{why}; its workload client is dropped");
+        }
+    }
+
+    /// Every workload connection, as one snapshot of the map (each then
+    /// locked on its own, never under the map's lock).
+    fn connections(&self) -> Vec<(Key, Arc<tokio::sync::Mutex<Workload>>)> {
+        lock(&self.workloads)
+            .iter()
+            .map(|(k, w)| (k.clone(), w.clone()))
+            .collect()
+    }
+
     /// Drops the connection of a deleted Cluster.
     pub fn forget_cluster(&self, k: &Key) {
-        if lock(&self.workloads).remove(k).is_some() {
-            tracing::info!(cluster = %format!("{}/{}", k.0, k.1), "Cluster deleted; its workload client is dropped");
-        }
+        self.drop_workload(k, "Cluster deleted");
     }
 
     /// Drops the connections of Clusters the Cluster cache no longer holds
     /// (after a relist, which reports no deletion).
     pub fn forget_unlisted_clusters(&self) {
-        let gone: Vec<Key> = lock(&self.workloads)
-            .keys()
-            .filter(|(ns, name)| self.cluster(ns, name).is_none())
-            .cloned()
-            .collect();
-        for k in gone {
-            if lock(&self.workloads).remove(&k).is_some() {
-                tracing::info!(cluster = %format!("{}/{}", k.0, k.1), "Cluster not listed again (deleted while the watch was down); its workload client is dropped");
+        for (k, _) in self.connections() {
+            if self.cluster(&k.0, &k.1).is_none() {
+                self.drop_workload(
+                    &k,
+                    "Cluster not listed again (deleted while the watch was down)",
+                );
             }
         }
     }
@@ -229,33 +242,21 @@ impl Context {
             }
         }
         let needed: HashSet<Key> = nodes.keys().cloned().collect();
-        let dropped: Vec<Key> = {
-            let mut w = lock(&self.workloads);
-            let gone: Vec<Key> = w.keys().filter(|k| !needed.contains(*k)).cloned().collect();
-            for k in &gone {
-                w.remove(k);
-            }
-            gone
-        };
-        // Each cluster keeps only the Nodes its selected Machines name; one
-        // busy with a reconcile is pruned at the next tick.
-        let kept: Vec<(Key, Arc<tokio::sync::Mutex<Workload>>)> = lock(&self.workloads)
-            .iter()
-            .map(|(k, w)| (k.clone(), w.clone()))
-            .collect();
-        for (k, w) in kept {
-            if let (Ok(w), Some(names)) = (w.try_lock(), nodes.get(&k)) {
-                w.retain_nodes(names);
-            }
-        }
-        for k in &dropped {
-            let cluster = format!("{}/{}", k.0, k.1);
-            if standby {
-                tracing::info!(cluster = %cluster, "not the leader; the workload client is dropped");
-            } else if self.cluster(&k.0, &k.1).is_none() {
-                tracing::info!(cluster = %cluster, "Cluster deleted; its workload client is dropped");
-            } else {
-                tracing::info!(cluster = %cluster, "no selected Machine needs this workload cluster; its workload client is dropped");
+        // Each cluster a selected Machine needs keeps only the Nodes those
+        // Machines name (one busy with a reconcile is pruned at the next
+        // tick); the others are dropped.
+        for (k, w) in self.connections() {
+            match nodes.get(&k) {
+                Some(names) => {
+                    if let Ok(w) = w.try_lock() {
+                        w.retain_nodes(names);
+                    }
+                }
+                None if standby => self.drop_workload(&k, "not the leader"),
+                None if self.cluster(&k.0, &k.1).is_none() => {
+                    self.drop_workload(&k, "Cluster deleted")
+                }
+                None => self.drop_workload(&k, "no selected Machine needs this workload cluster"),
             }
         }
         let labels: HashSet<String> = needed.iter().map(|(n, c)| format!("{n}/{c}")).collect();
@@ -271,9 +272,7 @@ impl Context {
     /// Reads each workload cluster's kubeconfig Secret again when due (and
     /// reconnects when it changed).
     pub async fn maintain_workloads(&self) {
-        let all: Vec<Arc<tokio::sync::Mutex<Workload>>> =
-            lock(&self.workloads).values().cloned().collect();
-        for w in all {
+        for (_, w) in self.connections() {
             w.lock()
                 .await
                 .maintain(&self.mgmt, self.settings.secret_resync, &self.reporting)
@@ -283,12 +282,8 @@ impl Context {
 
     /// The clients of the workload clusters connected now.
     pub async fn workload_clients(&self) -> Vec<(Key, Client)> {
-        let all: Vec<(Key, Arc<tokio::sync::Mutex<Workload>>)> = lock(&self.workloads)
-            .iter()
-            .map(|(k, w)| (k.clone(), w.clone()))
-            .collect();
         let mut out = Vec::new();
-        for (k, w) in all {
+        for (k, w) in self.connections() {
             if let Some(c) = w.lock().await.client() {
                 out.push((k, c));
             }

@@ -48,14 +48,19 @@ impl Default for Limits {
 /// requests from every other client's only by credentials.
 const USER_AGENT: &str = concat!("sandbox-readiness-controller/", env!("CARGO_PKG_VERSION"));
 
-/// A kube client for `config` behind its own token bucket of `l`, naming
-/// itself.
-pub fn client(mut config: Config, l: Limits) -> Result<Client, kube::Error> {
+/// `config`, its requests naming this controller.
+fn named(mut config: Config) -> Config {
     config.headers.push((
         http::header::USER_AGENT,
         http::header::HeaderValue::from_static(USER_AGENT),
     ));
-    Ok(ClientBuilder::try_from(config)?
+    config
+}
+
+/// A kube client for `config` behind its own token bucket of `l`, naming
+/// itself.
+pub fn client(config: Config, l: Limits) -> Result<Client, kube::Error> {
+    Ok(ClientBuilder::try_from(named(config))?
         .with_layer(&QpsLayer::new(l))
         .build())
 }
@@ -63,14 +68,10 @@ pub fn client(mut config: Config, l: Limits) -> Result<Client, kube::Error> {
 /// [`client`], whose writes are sent only while `gate` is open: asked
 /// after the request's wait in the bucket, right before it is sent, so a
 /// leader deposed while its write waited for a token sends nothing.
-pub fn gated_client(mut config: Config, l: Limits, gate: Gate) -> Result<Client, kube::Error> {
-    config.headers.push((
-        http::header::USER_AGENT,
-        http::header::HeaderValue::from_static(USER_AGENT),
-    ));
+pub fn gated_client(config: Config, l: Limits, gate: Gate) -> Result<Client, kube::Error> {
     // kube's `with_layer` wraps what is there: the gate goes on first, so
     // the bucket is outside it and its wait comes before the gate's check.
-    Ok(ClientBuilder::try_from(config)?
+    Ok(ClientBuilder::try_from(named(config))?
         .with_layer(&GateLayer(gate))
         .with_layer(&QpsLayer::new(l))
         .build())
