@@ -38,9 +38,11 @@
 # threads and binaries at once), SR_EXTENSION_OUT (where the images are built,
 # default out/), EXTENSION_TARGET_DIR (the shipped builds' target dir, default
 # target/extension), SR_TEST_CACHE (the Debian parts' cache, default
-# /var/cache/sandbox-readiness-tests), CI=true (no incremental compilation:
-# a fresh clone never reuses it), SR_SHIP_LOW=0 (the shipped builds at the
-# normal weight, on a machine where other work would starve them).
+# /var/cache/sandbox-readiness-tests), CARGO_INCREMENTAL (default 0 here:
+# incremental data is nearly half the test build's target dir, 3.4 of 7.4 GiB,
+# for a saving a one-shot build never sees; 1 for a developer's loop),
+# SR_SHIP_LOW=0 (the shipped builds at the normal weight, on a machine where
+# other work would starve them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -50,7 +52,7 @@ root=$PWD
 # about 3.43 MiB, so 2 % of headroom (docs/developer/binary.md, "Size").
 size_limit=$((3500 * 1024 * 1024 / 1000))
 ship_targets=(x86_64-unknown-linux-musl aarch64-unknown-linux-musl)
-[ "${CI:-}" != true ] || export CARGO_INCREMENTAL=0
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 export EXTENSION_TARGET_DIR=${EXTENSION_TARGET_DIR:-$root/target/extension}
 export SR_EXTENSION_OUT=${SR_EXTENSION_OUT:-$root/out}
 
@@ -109,6 +111,9 @@ await() {
 	cat "$log"
 	# Its own wall time (it may have ended long before this wait).
 	echo "$name $started $(cat "$log.secs" 2>/dev/null || echo "$((SECONDS - t0 - started))") $rc" >>"$steps"
+	# A failed step's last lines again at the end, beside the summary: the
+	# log above is far back in a long output.
+	[ "$rc" -eq 0 ] || { echo "== $name failed (exit $rc); its last lines:"; tail -n 40 "$log"; } >>"$work/failed-tails"
 	return "$rc"
 }
 
@@ -139,6 +144,16 @@ inotify_restore() {
 	done
 	inotify_saved=()
 }
+
+# A cold run writes about 8 GiB into target/ and 15 GiB of Go builds and
+# Debian parts into the caches. A disk that fills mid-run fails whichever
+# build writes next, with an error far from its cause (a CI run on a disk
+# with about 3 GiB free showed only the shipped build's exit 101). Said
+# first, in one line, and not enforced: a warm run needs far less.
+free_gib=$(($(df -Pk "$root" | awk 'NR == 2 {print $4}') / 1024 / 1024))
+if ((free_gib < 25)); then
+	echo "warning: $free_gib GiB free on $root's filesystem; a cold run needs about 25 GiB (target/, the Go and Debian caches)"
+fi
 
 echo "== install (background, from t = 0)"
 background install "$work/install.log" scripts/install-test-deps.sh
@@ -358,6 +373,7 @@ while read -r name start secs rc; do
 done <"$steps"
 printf '%-18s %7s %7s\n' total 0 "$((SECONDS - t0))"
 
+if [ -s "$work/failed-tails" ]; then cat "$work/failed-tails"; fi
 echo "== summary"
 total_p=0 total_f=0 total_s=0
 while read -r t p f s _; do
