@@ -12,8 +12,12 @@
 //!   `cluster.x-k8s.io/cluster-name`, the only Secrets CAPI's cache sees)
 //!   with that server's admin credentials and reports
 //!   `status.initialization.controlPlaneInitialized` — never a hand patch of
-//!   the Cluster's status. No `spec.version`, so MachineSet preflight
-//!   checks that compare versions have nothing to compare.
+//!   the Cluster's status — and `status.externalManagedControlPlane` (a
+//!   control plane of no Machines, as Kamaji's or a cloud's: without it
+//!   CAPI finds no control-plane Machine and never drains or deletes a
+//!   deleted worker's Node, `isDeleteNodeAllowed`). No `spec.version`, so
+//!   MachineSet preflight checks that compare versions have nothing to
+//!   compare.
 //! - **TestCluster** (InfraCluster) sets its `spec.controlPlaneEndpoint` to
 //!   the workload API server (a cloud's load balancer) and reports
 //!   `provisioned`; CAPI copies the endpoint onto the Cluster.
@@ -24,7 +28,8 @@
 //!   own kubelet credentials and `spec.providerID`, and starts a real
 //!   `sandbox-readiness serve` in a child user namespace of its own with the
 //!   config's `user.max_user_namespaces` written there and the environment
-//!   of the config's ExtensionServiceConfig — as Talos would. It plays only
+//!   of the config's ExtensionServiceConfig — as Talos would (a config
+//!   without that document is a node without the extension: no agent). It plays only
 //!   that per-user-namespace sysctl: a config that sets any other sysctl is
 //!   refused (its TestMachine never provisions and says why), so no probe
 //!   reads the host's value for it. `spec.ignoredSysctls` (from the
@@ -35,7 +40,10 @@
 //!   from the template: a property of the image the cloud boots) makes the
 //!   node a real kubelet on the pinned node runtime instead of a Node
 //!   registered by the test; its agent writes that Node with kubelet's own
-//!   credential, and the finalizer takes the node down.
+//!   credential and sees that node's host tree (`--host-root`: its CRI
+//!   socket, drop-ins, runsc and shim, as the extension's mounts give it),
+//!   and the finalizer takes the node down. Either Node gets the config's
+//!   `machine.nodeLabels`, as Talos's kubelet registers with them.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -231,12 +239,15 @@ impl World {
                     &body,
                 );
             }
-            if cp["status"]["initialization"]["controlPlaneInitialized"] != true {
+            if cp["status"]["initialization"]["controlPlaneInitialized"] != true
+                || cp["status"]["externalManagedControlPlane"] != true
+            {
                 self.patch_status(
                     CONTROL,
                     "testcontrolplanes",
                     name,
                     json!({"initialization": {"controlPlaneInitialized": true},
+                           "externalManagedControlPlane": true,
                            "conditions": [{"type": "Available", "status": "True", "reason": "Available",
                                            "lastTransitionTime": now()}]}),
                 );
@@ -357,7 +368,11 @@ impl World {
         }
         // The agent as machined starts it: the ExtensionServiceConfig's
         // environment, with the listener and the kubeconfig this test gives.
-        let env: Vec<(String, String)> = talos::agent_environment(&docs)?
+        // A config without that document is a node without the extension
+        // (a pool before the quick start's step 4): no agent.
+        let extension = talos::agent_environment(&docs)?;
+        let with_agent = extension.is_some();
+        let env: Vec<(String, String)> = extension
             .unwrap_or_default()
             .into_iter()
             .filter_map(|kv| {
@@ -366,12 +381,44 @@ impl World {
                     .then(|| (k.to_string(), v.to_string()))
             })
             .collect();
+        // machine.nodeLabels, as Talos's kubelet registers its Node with
+        // them (--node-labels); a value that is not a string is refused
+        // as Talos's config validation refuses it.
+        let mut labels = serde_json::Map::new();
+        for doc in docs.iter().filter(|d| d.get("kind").is_none()) {
+            if let Some(l) = doc
+                .pointer("/machine/nodeLabels")
+                .and_then(Value::as_object)
+            {
+                for (k, v) in l {
+                    let v = v
+                        .as_str()
+                        .ok_or_else(|| format!("machine.nodeLabels.{k} is not a string"))?;
+                    labels.insert(k.clone(), json!(v));
+                }
+            }
+        }
         let provider_id = format!("sandbox-readiness-test://{}/{name}", self.ns);
+        // A kubelet node's agent sees that node's host tree (its CRI socket,
+        // drop-ins, runsc and shim), as the extension's mounts give it on
+        // Talos; a simulated node's has no runtime to see.
+        let mut host_root = None;
         let kubeconfig = match m["spec"]["kubeletNode"].as_array() {
             None => self.workload.node_with_provider_id(name, &provider_id),
             Some(opts) => {
                 let opts: Vec<&str> = opts.iter().filter_map(Value::as_str).collect();
-                let node = KubeletNode::up(&self.workload, name, &opts);
+                // A node that does not come up is said on its TestMachine,
+                // as an agent that does not start is: not a dead provider.
+                let node = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    KubeletNode::up(&self.workload, name, &opts)
+                }))
+                .map_err(|e| {
+                    let why = e
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .unwrap_or_else(|| "kubelet-node.sh up failed".into());
+                    format!("its kubelet node did not come up: {why}")
+                })?;
                 // kubelet's --provider-id, set once as the API allows.
                 self.workload.write(
                     "PATCH",
@@ -380,10 +427,21 @@ impl World {
                     &json!({"spec": {"providerID": provider_id}}),
                 );
                 let kubeconfig = node.root.join("etc/kubernetes/kubeconfig-kubelet");
+                host_root = Some(node.root.clone());
                 self.kubelets.insert(name.to_string(), node);
                 kubeconfig
             }
         };
+        if !labels.is_empty() {
+            self.workload
+                .try_write(
+                    "PATCH",
+                    &format!("/api/v1/nodes/{name}"),
+                    MERGE,
+                    &json!({"metadata": {"labels": labels}}),
+                )
+                .map_err(|e| format!("labelling Node {name}: {e:?}"))?;
+        }
         let mut spec = AgentSpec::new(
             Some(limit),
             &[
@@ -399,18 +457,25 @@ impl World {
                 "2s",
             ],
         );
+        if let Some(root) = &host_root {
+            spec.extra
+                .extend(["--host-root".to_string(), root.display().to_string()]);
+        }
         spec.env = env;
         // An agent that refuses its configuration is a node that does not
         // come up: said, not a dead provider.
-        let agent = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Agent::spawn(spec)))
-            .map_err(|e| {
-            let why = e
-                .downcast_ref::<String>()
-                .cloned()
-                .unwrap_or_else(|| "the agent did not start".into());
-            format!("its agent did not start: {why}")
-        })?;
-        self.agents.insert(name.to_string(), agent);
+        if with_agent {
+            let agent =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Agent::spawn(spec)))
+                    .map_err(|e| {
+                        let why = e
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .unwrap_or_else(|| "the agent did not start".into());
+                        format!("its agent did not start: {why}")
+                    })?;
+            self.agents.insert(name.to_string(), agent);
+        }
         self.record
             .lock()
             .unwrap()
