@@ -18,71 +18,16 @@ use std::{
 };
 
 use serde_json::Value;
-use support::cluster::{bin_dir, poll, RealCluster};
+use support::{
+    cluster::{bin_dir, poll, RealCluster},
+    playground::Down,
+};
 
 const GATE: &str = "sandbox-readiness.io/SandboxReady";
 const MACHINES: &str = "/apis/cluster.x-k8s.io/v1beta2/namespaces/pool-a/machines?labelSelector=cluster.x-k8s.io%2Fdeployment-name%3Dworkers";
 
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/playground")
-}
-
-/// The directory of this build's programs: the agent, the controller and
-/// the providers (`cargo test --workspace --no-run` builds all three).
-fn build() -> PathBuf {
-    let dir = PathBuf::from(common::BIN).parent().unwrap().to_path_buf();
-    for b in ["sandbox-readiness-controller", "examples/test-providers"] {
-        assert!(
-            dir.join(b).is_file(),
-            "{} is not built (cargo test --workspace --no-run builds it)",
-            dir.join(b).display()
-        );
-    }
-    dir
-}
-
 fn playground(cmd: &str, dir: &Path) -> Output {
-    Command::new(script())
-        .args([cmd, dir.to_str().unwrap()])
-        .env("SR_PLAYGROUND_BUILD", build())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-/// `down` when the test ends, passed or not; and, should the test process
-/// be killed (the runner's timeout), a watchdog in a session of its own
-/// that runs `down` once the process is gone (it ends by itself once DIR
-/// is: `down` removes it).
-struct Down(PathBuf, std::process::Child);
-impl Down {
-    fn guard(dir: &Path) -> Down {
-        const WATCH: &str = r#"p=$1 s=$2 d=$3
-while kill -0 "$p" 2>/dev/null; do
-	[ -d "$d" ] || exit 0
-	sleep 1
-done
-"$s" down "$d" >/dev/null 2>&1"#;
-        std::fs::create_dir(dir).unwrap();
-        let watchdog = Command::new("setsid")
-            .args(["sh", "-c", WATCH, "sr-playground-watchdog"])
-            .arg(std::process::id().to_string())
-            .arg(script())
-            .arg(dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        Down(dir.to_path_buf(), watchdog)
-    }
-}
-impl Drop for Down {
-    fn drop(&mut self) {
-        let _ = playground("down", &self.0);
-        let _ = self.1.kill();
-        let _ = self.1.wait();
-    }
+    support::playground::run(cmd, dir, &support::playground::build(common::BIN))
 }
 
 fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
@@ -202,7 +147,7 @@ fn up_shows_a_breaking_rollout_held_and_down_leaves_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("playground");
     // An empty DIR, as `up` takes it: the watchdog watches it from now.
-    let _down = Down::guard(&dir);
+    let _down = Down::guard(&dir, &support::playground::build(common::BIN));
 
     let started = Instant::now();
     let up = playground("up", &dir);

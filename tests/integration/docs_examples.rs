@@ -303,13 +303,33 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// The shell commands of a fenced `sh` block, continuation lines joined and
-/// a quoted argument spanning lines kept whole.
+/// The shell commands of a fenced `sh` block, continuation lines joined,
+/// a quoted argument spanning lines and a here-document (`<<WORD` up to the
+/// line `WORD`) kept whole.
 fn shell_commands(block: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
+    let mut heredoc: Option<String> = None;
     for line in block.lines() {
         let line = line.trim_end();
+        if let Some(word) = &heredoc {
+            cur.push_str(line);
+            if line == word {
+                heredoc = None;
+                out.push(std::mem::take(&mut cur));
+            } else {
+                cur.push('\n');
+            }
+            continue;
+        }
+        if let Some((_, word)) = line.rsplit_once("<<") {
+            if !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                cur.push_str(line);
+                cur.push('\n');
+                heredoc = Some(word.to_string());
+                continue;
+            }
+        }
         if cur.is_empty() && (line.trim().is_empty() || line.trim_start().starts_with('#')) {
             continue;
         }
@@ -329,13 +349,14 @@ fn shell_commands(block: &str) -> Vec<String> {
 
 /// The quick start's management-cluster commands (steps 4, 6 and 7:
 /// create the copied templates, point the MachineDeployment at them,
-/// annotate it for the mirror, add the gate with a JSON patch) run as
-/// written, with `bash`, against the real server with CAPI's and CABPT's
-/// webhooks, on a MachineDeployment that already has a gate of another
-/// controller. What they must leave: both templates, the MachineDeployment
-/// on the last one, the mirror annotation, and both gates (the JSON-patch
-/// `add` keeps the one that was there). The `wait` commands need a running
-/// pool and are left to the rollout tests.
+/// annotate it for the mirror, add the gate with a server-side apply) run
+/// as written, with `bash`, against the real server with CAPI's and
+/// CABPT's webhooks, on a MachineDeployment that already has a gate of
+/// another controller. What they must leave: both templates, the
+/// MachineDeployment on the last one, the mirror annotation, and both gates
+/// (the apply owns its own entry of the keyed list and keeps the one that
+/// was there). The `wait` commands need a running pool: tests/quick_start.rs
+/// runs the whole page on the playground, on a pool without gates.
 #[test]
 fn the_quick_starts_management_cluster_commands_run_as_written() {
     let page = std::fs::read_to_string(root().join("docs/get-started/quick-start.md")).unwrap();
@@ -449,7 +470,7 @@ fn the_quick_starts_management_cluster_commands_run_as_written() {
     assert_eq!(
         gates,
         ["example.com/OtherGate", "sandbox-readiness.io/SandboxReady"],
-        "the JSON-patch add must keep the gate that was there"
+        "the server-side apply must keep the gate that was there"
     );
     // CAPI's defaulting webhook made the selector the rollout matches by.
     assert_eq!(

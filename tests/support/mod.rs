@@ -6,4 +6,5 @@ pub mod cluster;
 pub mod containerd;
 pub mod kubelet;
 pub mod markdown;
+pub mod playground;
 pub mod testenv;
