@@ -1329,8 +1329,16 @@ impl Rest {
         100.0 * self.cpu.as_secs_f64() / self.secs
     }
 
-    fn per_reconcile_us(&self) -> f64 {
-        self.cpu.as_secs_f64() * 1e6 / self.reconciles.max(1) as f64
+    /// The CPU at rest per reconcile; "–" when none ran (the whole CPU
+    /// at rest is then the runtime's and the watches', not reconciles').
+    fn per_reconcile(&self) -> String {
+        if self.reconciles == 0 {
+            return "–".into();
+        }
+        format!(
+            "{:.0} µs",
+            self.cpu.as_secs_f64() * 1e6 / self.reconciles as f64
+        )
     }
 }
 
@@ -1726,7 +1734,7 @@ fn main() {
         );
         let all = f.all_written.as_secs_f64();
         println!(
-            "| {} ({}, {}) | {} | {:.1} s | {:.1} s / {:.1} s ({} / {} failed) | {:.2} / {:.2} | {:.1} s | {:.1} MiB | {} in {:.0} s | {:.2} % | {:.0} µs ({}) | {} / {} / {} ({}) |",
+            "| {} ({}, {}) | {} | {:.1} s | {:.1} s / {:.1} s ({} / {} failed) | {:.2} / {:.2} | {:.1} s | {:.1} MiB | {} in {:.0} s | {:.2} % | {} ({}) | {} / {} / {} ({}) |",
             f.machines,
             f.mds,
             w.wl.len(),
@@ -1743,7 +1751,7 @@ fn main() {
             f.rest.writes.len(),
             f.rest.secs,
             f.rest.cpu_pct(),
-            f.rest.per_reconcile_us(),
+            f.rest.per_reconcile(),
             f.rest.reconciles,
             ms(pct(&f.flips, 0.5)),
             ms(pct(&f.flips, 0.99)),
@@ -1767,14 +1775,14 @@ fn main() {
     });
     for s in first.iter().chain(&stages) {
         println!(
-            "| {} | {} | {} in {:.0} s | {:.2} % | {} | {:.0} µs | {:.1} MiB |",
+            "| {} | {} | {} in {:.0} s | {:.2} % | {} | {} | {:.1} MiB |",
             s.mds,
             s.machines,
             s.rest.writes.len(),
             s.rest.secs,
             s.rest.cpu_pct(),
             s.rest.reconciles,
-            s.rest.per_reconcile_us(),
+            s.rest.per_reconcile(),
             s.hwm_mib
         );
     }
