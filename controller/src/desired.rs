@@ -257,7 +257,7 @@ impl Desired {
             }
         })
         .reflect(w)
-        .default_backoff();
+        .backoff(crate::workload::reconnect_backoff());
         tokio::spawn(drive(stream, "TalosConfigs", None));
         let w = reflector::store::Writer::new(template_ar.clone());
         let templates = w.as_reader();
@@ -267,7 +267,7 @@ impl Desired {
         )
         .modify(reduce_in_place)
         .reflect(w)
-        .default_backoff();
+        .backoff(crate::workload::reconnect_backoff());
         tokio::spawn(drive(stream, "TalosConfigTemplates", Some(on_change)));
         *lock(&self.watched) = Some(Ok(Arc::new(Watched {
             config_ar,

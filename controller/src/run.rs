@@ -74,7 +74,7 @@ fn cached(
     let stream = watcher(api, watcher::Config::default())
         .modify(slim)
         .reflect(writer)
-        .default_backoff();
+        .backoff(crate::workload::reconnect_backoff());
     (store, stream)
 }
 

@@ -207,14 +207,16 @@ fn slim(n: &mut Node, condition_type: &str) {
     });
 }
 
-/// The workload watch's reconnect delays: kube-runtime's default (from
-/// 0.8 s doubling, jittered, reset after 2 min of health) but capped at
-/// 5 s before the jitter, which adds up to as much again (backon's
-/// `with_jitter`; a 10 s cap measured 14 s between attempts) — so a
-/// workload cluster back from an outage is read again within 10 s, and its
-/// Machines (and a rollout waiting on them) follow. An attempt on a server
-/// that is down is one refused connect.
-fn reconnect_backoff() -> ResetTimerBackoff<ExponentialBackoff> {
+/// Every watch's reconnect delays, the workload clusters' and the
+/// management cluster's: kube-runtime's default (from 0.8 s doubling,
+/// jittered, reset after 2 min of health) but capped at 5 s before the
+/// jitter, which adds up to as much again (backon's `with_jitter`; a 10 s
+/// cap measured 14 s between attempts) — so a server back from an outage
+/// is read again within 10 s, and the Machines (and a rollout waiting on
+/// them) follow. The default's 30 s cap left a Machine created just after
+/// a management server restart unseen for up to half a minute. An attempt
+/// on a server that is down is one refused connect.
+pub(crate) fn reconnect_backoff() -> ResetTimerBackoff<ExponentialBackoff> {
     ResetTimerBackoff::new(
         ExponentialBackoff::from(
             backon::ExponentialBuilder::default()

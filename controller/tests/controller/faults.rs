@@ -153,12 +153,30 @@ fn the_management_server_restarting_mid_watch() {
     ready_machine(&env);
     let ctl = env.controller(&[]);
     env.wait_status("m1", "True", Duration::from_secs(30));
+    const RESUMED: &str = "the management cluster's Machine watch resumed";
+    let resumed = || ctl.log().matches(RESUMED).count();
+    let before = resumed();
     env.mgmt.stop();
     env.agent_writes("w1", "False", "SysctlMismatch", &[SYSCTL]);
     env.node("w2");
+    // Down long enough for the Machine watch's re-watch to be refused (it
+    // re-watches at once when its stream ends), so it logs its resumption.
     std::thread::sleep(Duration::from_secs(2));
     env.mgmt.start();
     env.wait_status("m1", "False", Duration::from_secs(60));
+    // m1's flip came through the workload watch and the cached Machine; a
+    // Machine created now is seen only once the Machine watch is back (a
+    // reconnect within 10 s of the server's return): waited for by its
+    // own log line, not by time.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while resumed() == before {
+        assert!(
+            Instant::now() < deadline,
+            "the Machine watch did not resume after the restart:\n{}",
+            ctl.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     env.machine("md-a", "m2", true, &[SYSCTL], Some("w2"));
     env.agent_writes("w2", "True", "Converged", &[SYSCTL]);
     env.wait_status("m2", "True", Duration::from_secs(30));
