@@ -20,7 +20,7 @@ use std::{
 use serde_json::Value;
 use support::{
     cluster::{bin_dir, poll, RealCluster},
-    playground::Down,
+    playground::{condition, status, Down},
 };
 
 const GATE: &str = "sandbox-readiness.io/SandboxReady";
@@ -28,20 +28,6 @@ const MACHINES: &str = "/apis/cluster.x-k8s.io/v1beta2/namespaces/pool-a/machine
 
 fn playground(cmd: &str, dir: &Path) -> Output {
     support::playground::run(cmd, dir, &support::playground::build(common::BIN))
-}
-
-fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
-    obj["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == kind)
-}
-
-fn status(obj: &Value, kind: &str) -> String {
-    condition(obj, kind)
-        .and_then(|c| c["status"].as_str())
-        .unwrap_or("")
-        .to_string()
 }
 
 fn machines(mgmt: &RealCluster) -> Vec<Value> {

@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 use support::{
     cluster::{bin_dir, poll, RealCluster},
     markdown::{fenced, root},
-    playground::{self, Down},
+    playground::{self, condition, status, Down},
 };
 
 const PAGE: &str = "docs/get-started/quick-start.md";
@@ -284,29 +284,14 @@ impl Page {
         assert!(t.is_object(), "no TalosConfigTemplate {from}");
         t["metadata"] = json!({"name": name, "namespace": NS});
         t.as_object_mut().unwrap().remove("status");
-        let patches = t["spec"]["template"]["spec"]["strategicPatches"]
+        let mut patches = t["spec"]["template"]["spec"]["strategicPatches"]
             .as_array_mut()
             .map(std::mem::take)
             .unwrap_or_default();
-        let mut patches = patches;
         edit(&mut patches);
         t["spec"]["template"]["spec"]["strategicPatches"] = Value::Array(patches);
         std::fs::write(self.work.join(file), serde_yaml_ng::to_string(&t).unwrap()).unwrap();
     }
-}
-
-fn status(obj: &Value, kind: &str) -> String {
-    condition(obj, kind)
-        .and_then(|c| c["status"].as_str())
-        .unwrap_or("")
-        .to_string()
-}
-
-fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
-    obj["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == kind)
 }
 
 /// A YAML block's documents, one strategic patch each.

@@ -409,16 +409,11 @@ impl World {
                 let opts: Vec<&str> = opts.iter().filter_map(Value::as_str).collect();
                 // A node that does not come up is said on its TestMachine,
                 // as an agent that does not start is: not a dead provider.
-                let node = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    KubeletNode::up(&self.workload, name, &opts)
-                }))
-                .map_err(|e| {
-                    let why = e
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .unwrap_or_else(|| "kubelet-node.sh up failed".into());
-                    format!("its kubelet node did not come up: {why}")
-                })?;
+                let node = refusal(
+                    "its kubelet node did not come up",
+                    "kubelet-node.sh up failed",
+                    || KubeletNode::up(&self.workload, name, &opts),
+                )?;
                 // kubelet's --provider-id, set once as the API allows.
                 self.workload.write(
                     "PATCH",
@@ -465,15 +460,9 @@ impl World {
         // An agent that refuses its configuration is a node that does not
         // come up: said, not a dead provider.
         if with_agent {
-            let agent =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Agent::spawn(spec)))
-                    .map_err(|e| {
-                        let why = e
-                            .downcast_ref::<String>()
-                            .cloned()
-                            .unwrap_or_else(|| "the agent did not start".into());
-                        format!("its agent did not start: {why}")
-                    })?;
+            let agent = refusal("its agent did not start", "the agent did not start", || {
+                Agent::spawn(spec)
+            })?;
             self.agents.insert(name.to_string(), agent);
         }
         self.record
@@ -500,6 +489,19 @@ impl World {
         );
         Ok(())
     }
+}
+
+/// `start`, whose failure is a panic (the test helpers' way), as a
+/// refusal said on the TestMachine: `"{what}: {the panic's message}"`
+/// (`fallback` when it has none), not a dead provider thread.
+fn refusal<T>(what: &str, fallback: &str, start: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(start)).map_err(|e| {
+        let why = e
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_else(|| fallback.into());
+        format!("{what}: {why}")
+    })
 }
 
 /// `None` → `Err("")`: not there yet, try again on the next tick.

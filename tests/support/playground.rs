@@ -7,6 +7,8 @@ use std::{
     process::{Command, Output, Stdio},
 };
 
+use serde_json::Value;
+
 pub fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/playground")
 }
@@ -71,4 +73,20 @@ impl Drop for Down {
         let _ = self.2.kill();
         let _ = self.2.wait();
     }
+}
+
+/// An object's condition of type `kind` (`status.conditions`).
+pub fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
+
+/// That condition's status, "" when there is none.
+pub fn status(obj: &Value, kind: &str) -> String {
+    condition(obj, kind)
+        .and_then(|c| c["status"].as_str())
+        .unwrap_or("")
+        .to_string()
 }
