@@ -215,7 +215,6 @@ impl Context {
         // Cluster needs them: a Cluster deleted during a relist (which sends
         // no Delete event) or a pool deselected (a rotated credential would
         // otherwise be retried for ever) is dropped here.
-        let ty = &self.settings.condition_type;
         // A standby holds no workload connection: it writes nothing, and a
         // second watch on every tenant's API server would buy only the one
         // list per cluster a new leader makes (Machines keep their
@@ -224,20 +223,9 @@ impl Context {
         let mut nodes: HashMap<Key, HashSet<String>> = HashMap::new();
         if !standby {
             for m in machines.iter() {
-                let Some(ns) = m.namespace() else { continue };
-                let Ok(whole) = serde_json::to_value(m.as_ref()) else {
-                    continue;
-                };
-                let v = machine::view(&whole, ty);
-                let Some(cluster) = v.cluster else { continue };
-                if !machine::selected(&v, |d| self.deployment_mirrored(&ns, d))
-                    || self.cluster(&ns, cluster).is_none()
-                {
-                    continue;
-                }
-                let names = nodes.entry((ns.clone(), cluster.to_string())).or_default();
-                if let Some(n) = v.node {
-                    names.insert(n.to_string());
+                if let Some((k, node)) = self.needs(m) {
+                    let names = nodes.entry(k).or_default();
+                    names.extend(node);
                 }
             }
         }
@@ -263,6 +251,37 @@ impl Context {
         self.metrics.retain_workload_errors(|c| labels.contains(c));
     }
 
+    /// The workload cluster a selected Machine of an existing Cluster
+    /// needs, and the Node it names there (if it names one yet).
+    fn needs(&self, m: &DynamicObject) -> Option<(Key, Option<String>)> {
+        let ns = m.namespace()?;
+        let whole = serde_json::to_value(m).ok()?;
+        let v = machine::view(&whole, &self.settings.condition_type);
+        let cluster = v.cluster?;
+        if !machine::selected(&v, |d| self.deployment_mirrored(&ns, d))
+            || self.cluster(&ns, cluster).is_none()
+        {
+            return None;
+        }
+        Some(((ns, cluster.to_string()), v.node.map(str::to_string)))
+    }
+
+    /// The Node names workload cluster `namespace/cluster`'s selected
+    /// Machines give now: what a new connection's first list keeps.
+    pub fn expected_nodes(&self, namespace: &str, cluster: &str) -> HashSet<String> {
+        // The cheap test first: only this cluster's Machines are read whole.
+        let of_cluster = |m: &DynamicObject| {
+            m.metadata.namespace.as_deref() == Some(namespace)
+                && m.data.pointer("/spec/clusterName").and_then(Value::as_str) == Some(cluster)
+        };
+        self.machines
+            .state()
+            .iter()
+            .filter(|m| of_cluster(m))
+            .filter_map(|m| self.needs(m)?.1)
+            .collect()
+    }
+
     /// The MachineDeployment `namespace/name` as cached (one lookup by key).
     pub fn deployment(&self, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
         self.deployments
@@ -272,10 +291,12 @@ impl Context {
     /// Reads each workload cluster's kubeconfig Secret again when due (and
     /// reconnects when it changed).
     pub async fn maintain_workloads(&self) {
-        for (_, w) in self.connections() {
+        for ((ns, cluster), w) in self.connections() {
             w.lock()
                 .await
-                .maintain(&self.mgmt, self.settings.secret_resync, &self.reporting)
+                .maintain(&self.mgmt, self.settings.secret_resync, &self.reporting, || {
+                    self.expected_nodes(&ns, &cluster)
+                })
                 .await;
         }
     }

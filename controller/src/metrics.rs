@@ -349,9 +349,7 @@ impl Metrics {
 
 /// The status of the condition `ty` in a Machine's JSON, if written.
 pub fn status_of(machine: &serde_json::Value, ty: &str) -> Option<String> {
-    machine
-        .pointer("/status/conditions")?
-        .as_array()?
+    crate::machine::conditions(machine)
         .iter()
         .find(|c| c["type"] == ty)?
         .get("status")?

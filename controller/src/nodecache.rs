@@ -140,6 +140,34 @@ impl NodeCache {
         }
     }
 
+    /// A cache for a new connection, its first list not yet begun, with
+    /// `names` registered (the Nodes its cluster's selected Machines name
+    /// then): the list keeps each as it passes, so none of them needs a
+    /// GET of its own after it. Registered one by one as Machines are
+    /// reconciled instead, most of a large cluster's names come after the
+    /// list went past their page, and each is then read with a GET. Names
+    /// past the cap are left to [`NodeCache::find`] (it says `Full`).
+    pub fn expecting(
+        cap: usize,
+        names: impl IntoIterator<Item = String>,
+        now: SystemTime,
+    ) -> NodeCache {
+        let mut c = NodeCache::with_cap(cap);
+        for name in names.into_iter().take(cap) {
+            c.wanted.insert(
+                name,
+                Want {
+                    since: now,
+                    fetching: false,
+                    touched: false,
+                    late: false,
+                    failed: None,
+                },
+            );
+        }
+        c
+    }
+
     /// The Node `name` as kept, registering the name on first ask.
     pub fn find(&mut self, name: &str, now: SystemTime, clock: Instant) -> Found {
         if let Some(k) = self.kept.get(name) {
@@ -355,6 +383,27 @@ mod tests {
         assert_eq!(status(&cache.find("w1", t, c)).as_deref(), Some("False"));
         assert!(cache.changed("w1", None));
         assert_eq!(cache.find("w1", t, c), Found::Absent);
+    }
+
+    #[test]
+    fn names_expected_at_connect_are_kept_by_the_list_not_fetched() {
+        let (t, c) = now();
+        let names = (0..5).map(|i| format!("w{i}"));
+        let mut cache = NodeCache::expecting(3, names, t);
+        assert_eq!(cache.registered(), 3);
+        // Reconciles during the list read them as pending, no GET.
+        assert!(matches!(cache.find("w1", t, c), Found::Pending { .. }));
+        cache.list_begins();
+        for i in 0..5 {
+            cache.listed(kept(&format!("w{i}"), i, "True"));
+        }
+        // Nothing left to GET when the list ends: every expected Node was
+        // kept as the list passed it.
+        assert!(cache.list_done().is_empty());
+        assert_eq!(cache.kept(), 3);
+        assert_eq!(status(&cache.find("w2", t, c)).as_deref(), Some("True"));
+        // Past the cap, a name is refused as before.
+        assert_eq!(cache.find("w4", t, c), Found::Full(3));
     }
 
     #[test]

@@ -51,14 +51,6 @@ pub fn retry_after(failures: u32) -> Duration {
     RETRY.saturating_mul(1 << doublings).min(RETRY_MAX)
 }
 
-fn conditions(whole: &Value) -> Vec<Value> {
-    whole
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default()
-}
-
 pub async fn reconcile(m: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     let r = reconcile_machine(&m, &ctx).await;
@@ -94,7 +86,7 @@ async fn reconcile_machine(cached: &DynamicObject, ctx: &Context) -> Result<Acti
     let whole = serde_json::to_value(&current).unwrap_or(Value::Null);
     let v = machine::view(&whole, ty);
     let selected = machine::selected(&v, |d| ctx.deployment_mirrored(&k.0, d));
-    let conds = conditions(&whole);
+    let conds = machine::conditions(&whole);
     let old = patch::existing(&conds, ty);
     if !selected && old.is_none() {
         return Ok(Action::await_change());
@@ -174,8 +166,10 @@ async fn seen(ctx: &Context, ns: &str, v: &MachineView<'_>, cluster_exists: bool
     let w = ctx.workload(ns, cluster);
     let lookup = {
         let mut w = w.lock().await;
-        w.maintain(&ctx.mgmt, ctx.settings.secret_resync, &ctx.reporting)
-            .await;
+        w.maintain(&ctx.mgmt, ctx.settings.secret_resync, &ctx.reporting, || {
+            ctx.expected_nodes(ns, cluster)
+        })
+        .await;
         w.lookup(node_name, &ctx.settings.condition_type)
     };
     let n = match lookup {
@@ -254,7 +248,7 @@ async fn write(
     };
     for _ in 0..MAX_CONFLICTS {
         let whole = serde_json::to_value(&current).unwrap_or(Value::Null);
-        let conds = conditions(&whole);
+        let conds = machine::conditions(&whole);
         let old = patch::existing(&conds, ty);
         let now = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
         let planned = match verdict {

@@ -36,7 +36,10 @@ use kube::{
     },
     Api, Client, Config,
 };
-use tokio::{sync::mpsc::UnboundedSender, task::JoinHandle};
+use tokio::{
+    sync::{mpsc::UnboundedSender, Semaphore},
+    task::JoinHandle,
+};
 
 use sandbox_readiness::{
     desired::annotation::{ANNOTATION, MAX_ANNOTATION_BYTES},
@@ -47,7 +50,7 @@ use sandbox_readiness::{
 use crate::{
     kubeconfig,
     metrics::Metrics,
-    nodecache::{Found, Kept, NodeCache, FETCH_RETRY},
+    nodecache::{Found, Kept, NodeCache, FETCH_RETRY, MAX_NODES_PER_CLUSTER},
     qps,
 };
 
@@ -89,6 +92,8 @@ pub struct Health {
 struct Conn {
     cache: Arc<Mutex<NodeCache>>,
     triggers: UnboundedSender<Trigger>,
+    /// The Node GETs out at once ([`FETCHES_AT_ONCE`]).
+    fetches: Arc<Semaphore>,
     /// The connection's client: the proof ([`crate::proof`]) creates and
     /// reads its pods with it.
     client: Client,
@@ -306,6 +311,14 @@ fn describe_call(e: &kube::Error) -> String {
     }
 }
 
+/// Node GETs one workload cluster's connection has out at once. Each GET
+/// in flight is a connection of its own (the client pools, but opens one
+/// for every request that finds none idle): unbounded, the names a large
+/// cluster registers after its list (a controller starting on thousands
+/// of Machines) opened thousands of TLS connections to the tenant's API
+/// server at once, and held their buffers.
+pub const FETCHES_AT_ONCE: usize = 4;
+
 /// GETs Node `name` for the cache (a Node registered after the watch's
 /// list), then has its Machines looked at again; after a failure, again
 /// once the retry is due.
@@ -313,11 +326,14 @@ fn fetch(
     client: Client,
     cache: Arc<Mutex<NodeCache>>,
     triggers: UnboundedSender<Trigger>,
+    fetches: Arc<Semaphore>,
     key: (String, String),
     name: String,
     condition_type: String,
 ) {
     tokio::spawn(async move {
+        // Never closed; were it, the GET would go without a permit.
+        let _permit = fetches.acquire_owned().await.ok();
         let api: Api<Node> = Api::all(client);
         let answer = match qps::timed(api.get_opt(&name)).await {
             Ok(n) => Ok(n.map(|n| keep(n, &condition_type))),
@@ -366,8 +382,16 @@ impl Workload {
         format!("{}-kubeconfig", self.cluster)
     }
 
-    /// Reads the Secret when due and (re)connects when it changed.
-    pub async fn maintain(&mut self, mgmt: &Client, resync: Duration, rep: &Reporting) {
+    /// Reads the Secret when due and (re)connects when it changed;
+    /// `expected` gives, only if it connects, the Node names its selected
+    /// Machines name.
+    pub async fn maintain(
+        &mut self,
+        mgmt: &Client,
+        resync: Duration,
+        rep: &Reporting,
+        expected: impl FnOnce() -> HashSet<String>,
+    ) {
         let due = {
             let h = lock(&self.health);
             h.reread || self.last_secret_read.is_none_or(|t| t.elapsed() >= resync)
@@ -441,7 +465,7 @@ impl Workload {
         tracing::info!(cluster = %format!("{}/{}", self.namespace, self.cluster), "connecting to the workload cluster");
         self.refused = None;
         self.refused_config = false;
-        self.connect(client, rep.clone());
+        self.connect(client, rep.clone(), expected());
     }
 
     fn drop_conn(&mut self, why: String, config: bool, rep: &Reporting) {
@@ -459,8 +483,15 @@ impl Workload {
         self.refused_config = config;
     }
 
-    fn connect(&mut self, client: Client, rep: Reporting) {
-        let cache = Arc::new(Mutex::new(NodeCache::default()));
+    /// A new connection; its cache expects `expected` (the Node names the
+    /// cluster's selected Machines give now) from the first list.
+    fn connect(&mut self, client: Client, rep: Reporting, expected: HashSet<String>) {
+        let cache = Arc::new(Mutex::new(NodeCache::expecting(
+            MAX_NODES_PER_CLUSTER,
+            expected,
+            SystemTime::now(),
+        )));
+        let fetches = Arc::new(Semaphore::new(FETCHES_AT_ONCE));
         let api: Api<Node> = Api::all(client.clone());
         let health = {
             // A new connection starts unsynced; the time the cluster was
@@ -480,6 +511,7 @@ impl Workload {
         let stream = watcher(api, watcher::Config::default().page_size(NODE_PAGE))
             .backoff(reconnect_backoff());
         let (kept, fetch_client, triggers) = (cache.clone(), client.clone(), rep.triggers.clone());
+        let list_fetches = fetches.clone();
         let conn_triggers = rep.triggers.clone();
         let task = tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
@@ -521,6 +553,7 @@ impl Workload {
                                 fetch_client.clone(),
                                 kept.clone(),
                                 triggers.clone(),
+                                list_fetches.clone(),
                                 (namespace.clone(), name.clone()),
                                 n,
                                 ty.clone(),
@@ -583,6 +616,7 @@ impl Workload {
         self.conn = Some(Conn {
             cache,
             triggers: conn_triggers,
+            fetches,
             client,
             task,
         });
@@ -624,6 +658,7 @@ impl Workload {
                     c.client.clone(),
                     c.cache.clone(),
                     c.triggers.clone(),
+                    c.fetches.clone(),
                     self.key(),
                     name.to_string(),
                     condition_type.to_string(),
