@@ -245,8 +245,10 @@ impl Page {
                 conditions(&t)
             );
         }
-        let log =
-            std::fs::read_to_string(self.dir.join("logs/test-providers.log")).unwrap_or_default();
+        // Lossy: an agent's backtrace with a byte that is not UTF-8 must not
+        // leave the diagnostics empty.
+        let bytes = std::fs::read(self.dir.join("logs/test-providers.log")).unwrap_or_default();
+        let log = String::from_utf8_lossy(&bytes);
         let tail: Vec<&str> = log.lines().rev().take(30).collect();
         out += "test-providers.log:\n";
         for l in tail.iter().rev() {

@@ -75,7 +75,8 @@
 //! seeds no bootstrap-data Secret: the controller reads none since issue
 //! 31), `SCALE_CLONE_DATA` (1; 0 seeds each Machine's TalosConfig with a
 //! stub for data, not the template's machine config: the controller
-//! watches TalosConfigs' metadata only), `SCALE_CONTROLLER_BIN` (another build of the controller). Starting
+//! watches TalosConfigs' metadata only), `SCALE_CONTROLLER_BIN` (another build of the controller),
+//! `SCALE_CONTROLLER_LOG` (its log filter, `warn`). Starting
 //! 11 servers on 2 cores: set `SR_CONTROL_PLANE_READY_TIMEOUT=300`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -1369,7 +1370,12 @@ fn spawn(w: &World, qps: f64, extra: &[&str]) -> Controller {
         .args(["--kube-qps", &qps.to_string()])
         .args(["--http-listen", &format!("127.0.0.1:{port}")])
         .args(extra)
-        .env("SANDBOX_READINESS_LOG", "warn")
+        // SCALE_CONTROLLER_LOG: the controller's log filter (`info` shows
+        // where its start goes: each list's end, each cluster's Nodes read).
+        .env(
+            "SANDBOX_READINESS_LOG",
+            std::env::var("SCALE_CONTROLLER_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()

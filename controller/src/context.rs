@@ -294,9 +294,12 @@ impl Context {
         for ((ns, cluster), w) in self.connections() {
             w.lock()
                 .await
-                .maintain(&self.mgmt, self.settings.secret_resync, &self.reporting, || {
-                    self.expected_nodes(&ns, &cluster)
-                })
+                .maintain(
+                    &self.mgmt,
+                    self.settings.secret_resync,
+                    &self.reporting,
+                    || self.expected_nodes(&ns, &cluster),
+                )
                 .await;
         }
     }

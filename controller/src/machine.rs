@@ -346,7 +346,10 @@ mod tests {
         )
         .unwrap();
         slim(&mut o2);
-        assert_eq!(conditions(&serde_json::to_value(&o2).unwrap()), conditions(&odd));
+        assert_eq!(
+            conditions(&serde_json::to_value(&o2).unwrap()),
+            conditions(&odd)
+        );
         assert!(conditions(&json!({"status": {}})).is_empty());
         assert_eq!(
             slimmed["metadata"],

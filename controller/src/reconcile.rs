@@ -166,9 +166,12 @@ async fn seen(ctx: &Context, ns: &str, v: &MachineView<'_>, cluster_exists: bool
     let w = ctx.workload(ns, cluster);
     let lookup = {
         let mut w = w.lock().await;
-        w.maintain(&ctx.mgmt, ctx.settings.secret_resync, &ctx.reporting, || {
-            ctx.expected_nodes(ns, cluster)
-        })
+        w.maintain(
+            &ctx.mgmt,
+            ctx.settings.secret_resync,
+            &ctx.reporting,
+            || ctx.expected_nodes(ns, cluster),
+        )
         .await;
         w.lookup(node_name, &ctx.settings.condition_type)
     };
