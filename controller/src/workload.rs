@@ -332,12 +332,15 @@ fn fetch(
     condition_type: String,
 ) {
     tokio::spawn(async move {
-        // Never closed; were it, the GET would go without a permit.
-        let _permit = fetches.acquire_owned().await.ok();
-        let api: Api<Node> = Api::all(client);
-        let answer = match qps::timed(api.get_opt(&name)).await {
-            Ok(n) => Ok(n.map(|n| keep(n, &condition_type))),
-            Err(e) => Err(describe_call(&e)),
+        let answer = {
+            // Held for the GET alone, not through a failure's pause. Never
+            // closed; were it, the GET would go without a permit.
+            let _permit = fetches.acquire().await.ok();
+            let api: Api<Node> = Api::all(client);
+            match qps::timed(api.get_opt(&name)).await {
+                Ok(n) => Ok(n.map(|n| keep(n, &condition_type))),
+                Err(e) => Err(describe_call(&e)),
+            }
         };
         let failed = answer.is_err();
         let changed = lock(&cache).fetched(&name, answer, Instant::now());
