@@ -513,8 +513,12 @@ impl Workload {
         let ty = rep.condition_type.clone();
         let stream = watcher(api, watcher::Config::default().page_size(NODE_PAGE))
             .backoff(reconnect_backoff());
-        let (kept, fetch_client, triggers) = (cache.clone(), client.clone(), rep.triggers.clone());
-        let list_fetches = fetches.clone();
+        let (kept, fetch_client, triggers, list_fetches) = (
+            cache.clone(),
+            client.clone(),
+            rep.triggers.clone(),
+            fetches.clone(),
+        );
         let conn_triggers = rep.triggers.clone();
         let task = tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
